@@ -1,0 +1,86 @@
+"""The exercise mechanism itself, and `make student`."""
+import nbformat
+import pytest
+
+from tools.course import lessons
+from tools.exercises import (
+    BEGIN,
+    ExerciseFormatError,
+    exercises,
+    proof_version,
+    stub_source,
+    student_version,
+)
+from tools.student import write_student_course
+
+SOLUTION = """\
+# STUB: answer = None  # your answer
+### BEGIN SOLUTION
+answer = 6 * 7
+### END SOLUTION
+print(answer)"""
+
+
+def notebook(*cells):
+    nb = nbformat.v4.new_notebook()
+    for source, tags in cells:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["tags"] = tags
+        nb.cells.append(cell)
+    return nb
+
+
+def test_stub_replaces_the_solution_block():
+    assert stub_source(SOLUTION) == "answer = None  # your answer\nprint(answer)"
+
+
+def test_indented_solution_keeps_its_indentation():
+    source = ("def f():\n    # STUB: return 0\n    ### BEGIN SOLUTION\n    return 1\n"
+              "    ### END SOLUTION\n")
+    assert stub_source(source) == "def f():\n    return 0"
+
+
+def test_student_and_proof_versions():
+    nb = notebook((SOLUTION, ["solution"]), ("assert answer == 42", ["check"]))
+    student = student_version(nb)
+    assert "6 * 7" not in student.cells[0].source and BEGIN not in student.cells[0].source
+    assert nb.cells[0].source == SOLUTION  # the original is untouched
+    proof = proof_version(nb)
+    assert [c.metadata["tags"] for c in proof.cells] == [
+        ["solution"], ["check"], ["exercise-proof"], ["exercise-proof"]]
+    assert proof.cells[2].source == student.cells[0].source
+
+
+def test_the_proof_cell_fails_when_a_check_accepts_the_stub():
+    nb = notebook((SOLUTION, ["solution"]), ("assert True", ["check"]))
+    namespace = {}
+    exec(proof_version(nb).cells[2].source, namespace)  # the stub
+    with pytest.raises(AssertionError, match="its check passed on the stub"):
+        exec(proof_version(nb).cells[3].source, namespace)
+
+
+@pytest.mark.parametrize("cells, problem", [
+    ([("answer = 1", ["solution"]), ("assert answer", ["check"])], "no ### BEGIN"),
+    ([(SOLUTION, ["solution"])], "not followed by a cell tagged 'check'"),
+    ([(SOLUTION.replace("# STUB: ", "# "), ["solution"]), ("assert 1", ["check"])], "STUB"),
+])
+def test_malformed_exercises_are_refused(cells, problem):
+    with pytest.raises(ExerciseFormatError, match=problem):
+        exercises(notebook(*cells))
+
+
+def test_make_student_writes_a_course_without_solutions(tmp_path):
+    written = write_student_course(tmp_path / "student")
+    assert [p.name for p in written] == [p.name for p in lessons()]
+    for original, path in zip(lessons(), written):
+        teacher = nbformat.read(original, as_version=4)
+        student = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in student.cells)
+        assert BEGIN not in text and "END SOLUTION" not in text and "# STUB:" not in text
+        pairs = exercises(teacher)
+        assert len(pairs) >= 2, f"{original.name} needs at least two exercises"
+        for i, _ in pairs:
+            assert student.cells[i].source == stub_source(teacher.cells[i].source)
+    for part in ("ddp_scripts", "tools", "images", "README.md", "requirements.txt"):
+        assert (tmp_path / "student" / part).exists()
+    assert not (tmp_path / "student" / "tests").exists()

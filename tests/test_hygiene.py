@@ -1,0 +1,110 @@
+"""What a lesson must look like: stored clean, parameterised, its scripts committed
+exactly as the notebook writes them, its images and links resolving, lint-free."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools.course import NOTEBOOKS, REPO, lessons
+from tools.diagrams import ALT_TEXT
+
+LESSONS = lessons()
+SCRIPTS = sorted((REPO / "ddp_scripts").glob("[0-9][0-9]_*.py"))
+WRITEFILE = re.compile(r"%%writefile\s+(?:-a\s+)?(\S+)\n")
+LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def read(path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_there_are_lessons_and_scripts():
+    assert len(LESSONS) >= 2 and len(SCRIPTS) >= 2
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_stored_without_outputs(path):
+    for cell in read(path).cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, cell.source[:60]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_parameters_cell_has_the_ci_defaults(path):
+    cells = [c for c in read(path).cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1
+    namespace = {}
+    exec(cells[0].source, namespace)
+    assert namespace["world_size"] == 2
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_lesson_structure(path):
+    nb = read(path)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert re.match(rf"# {path.name[:2]} · ", nb.cells[0].source), "title: '# NN · Name'"
+    for required in ("**What you will learn**", "**Prerequisites**", "## Summary",
+                     "## Exercises", "**Next:**"):
+        assert required in markdown, required
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_writefile_cells_match_committed_scripts(path):
+    for cell in read(path).cells:
+        m = WRITEFILE.match(cell.source)
+        if m:
+            target = (NOTEBOOKS / m.group(1)).resolve()
+            assert target.is_file(), f"{m.group(1)} is not committed"
+            body = cell.source[m.end():]
+            assert target.read_text().rstrip("\n") == body.rstrip("\n"), \
+                f"{m.group(1)} differs from the cell that writes it"
+
+
+def test_every_script_is_written_by_a_lesson():
+    written = {(NOTEBOOKS / m.group(1)).resolve()
+               for path in LESSONS for cell in read(path).cells
+               if (m := WRITEFILE.match(cell.source))}
+    assert set(SCRIPTS) <= written
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_links_and_images_resolve_and_images_have_alt_text(path):
+    for cell in read(path).cells:
+        if cell.cell_type != "markdown":
+            continue
+        for bang, text, target in LINK.findall(cell.source):
+            if re.match(r"[a-z]+://", target) or target.startswith("#"):
+                continue
+            assert (NOTEBOOKS / target.split("#")[0]).exists(), f"broken link {target}"
+            if bang:
+                name = Path(target).name
+                assert text.strip(), f"image {target} has no alt text"
+                if name in ALT_TEXT:
+                    assert text == ALT_TEXT[name], f"alt text of {name} differs from diagrams.py"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_script_answers_help_without_torchrun(script):
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "usage:" in done.stdout and "--out" in done.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_script_without_torchrun_says_how_to_launch_it(script):
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode != 0
+    assert "start it with torchrun" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ruff_is_clean():
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "notebooks", "ddp_scripts",
+                           "tools", "tests"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

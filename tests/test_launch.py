@@ -1,0 +1,115 @@
+"""The launcher: streaming, failures, timeouts that kill the whole tree, no fixed port."""
+import os
+import threading
+import time
+
+import pytest
+
+from tools.launch import KILL_GRACE_S, LaunchError, LaunchTimeout, launch
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has already died
+    except FileNotFoundError:
+        return False
+
+
+def test_success_prints_command_streams_ranks_and_returns_json(capsys):
+    result = launch("tests/fixtures/ok.py", nproc=2, out=True, timeout=60)
+    printed = capsys.readouterr().out
+    assert printed.startswith("$ torchrun --standalone --nproc-per-node=2 --tee 3 "
+                              "tests/fixtures/ok.py --out ")
+    assert "[default0]:ok first line from rank 0" in printed
+    assert "[default1]:ok second line from rank 1" in printed
+    assert result.ok and result.returncode == 0
+    assert result.rank_lines(1) == ["ok first line from rank 1", "ok second line from rank 1"]
+    assert result.data["rank"] == "0" and result.data["world_size"] == "2"
+    assert int(result.data["master_port"]) > 0
+
+
+def test_failure_raises_with_the_scripts_error():
+    with pytest.raises(LaunchError) as caught:
+        launch("tests/fixtures/fail.py", nproc=2, timeout=60, echo=False)
+    message = str(caught.value)
+    assert "failed with exit status 1" in message  # torchrun's status
+    assert "rank 1 gives up: no data" in message  # the script's own words, in the tail
+    assert not isinstance(caught.value, LaunchTimeout)
+    assert caught.value.result.returncode == 1
+
+
+def test_expected_failure_returns_the_output():
+    result = launch("tests/fixtures/fail.py", nproc=2, timeout=60, expect_failure=True,
+                    echo=False)
+    assert result.returncode == 1 and "rank 1 gives up" in result.output
+    assert "exitcode  : 3" in result.output  # torchrun's report of the failing rank
+
+
+def test_expected_failure_that_succeeds_is_an_error():
+    with pytest.raises(LaunchError, match="expected to fail but exited 0"):
+        launch("tests/fixtures/ok.py", nproc=1, timeout=60, expect_failure=True, echo=False)
+
+
+def test_timeout_kills_torchrun_the_workers_and_their_children(tmp_path):
+    timeout = 20
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout) as caught:
+        launch("tests/fixtures/hang.py", nproc=2, timeout=timeout, echo=False,
+               env={"HANG_PID_DIR": str(tmp_path)})
+    elapsed = time.monotonic() - start
+    assert timeout <= elapsed < timeout + KILL_GRACE_S + 10
+    assert f"did not finish within {timeout} s" in str(caught.value)
+    assert "is waiting forever" in str(caught.value)  # output before the kill is kept
+    pids = [int(p) for f in sorted(tmp_path.iterdir()) for p in f.read_text().split()]
+    assert len(pids) == 4, "both ranks should have started and recorded two pids"
+    deadline = time.monotonic() + 5
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if alive(p)], "processes survived the timeout"
+
+
+def test_plain_python_launch_hides_launcher_variables(monkeypatch):
+    monkeypatch.setenv("RANK", "7")  # as if the caller itself ran under torchrun
+    result = launch("tests/fixtures/ok.py", nproc=None, out=True, timeout=60, echo=False)
+    assert result.command.startswith("python tests/fixtures/ok.py --out ")
+    assert result.data["rank"] is None and result.data["world_size"] is None
+
+
+def test_parallel_launches_get_different_ports():
+    results = {}
+
+    def run(tag):
+        results[tag] = launch("tests/fixtures/ok.py", "--tag", tag, nproc=2, out=True,
+                              timeout=90, echo=False)
+
+    threads = [threading.Thread(target=run, args=(tag,)) for tag in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["a", "b"]
+    assert results["a"].data["tag"] == "a" and results["b"].data["tag"] == "b"
+    assert results["a"].data["master_port"] != results["b"].data["master_port"]
+
+
+def test_missing_results_file_is_an_error():
+    with pytest.raises(LaunchError, match="wrote no results"):
+        launch("tests/fixtures/no_json.py", nproc=1, out=True, timeout=60, echo=False)
+
+
+def test_missing_script_is_reported_before_launching():
+    with pytest.raises(FileNotFoundError, match="no script at"):
+        launch("ddp_scripts/does_not_exist.py", echo=False)
+
+
+def test_environment_is_passed_to_the_ranks(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    marker = tmp_path / "seen"
+    script = tmp_path / "env.py"
+    script.write_text("import os\n"
+                      "open(os.environ['MARKER'], 'w').write(os.environ['OMP_NUM_THREADS'])\n")
+    launch(str(script), nproc=2, timeout=60, echo=False, cwd="/",
+           env={"MARKER": str(marker)})
+    assert marker.read_text() == "1"  # torchrun's default when it starts several workers
+    assert os.environ.get("MARKER") is None

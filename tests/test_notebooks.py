@@ -1,0 +1,22 @@
+"""Every lesson executes under papermill, and every exercise's check passes on its
+solution and fails on its stub (one execution of the proof version proves both)."""
+import nbformat
+import pytest
+
+from tools.course import execute, lessons
+from tools.exercises import exercises, proof_version
+
+
+@pytest.mark.parametrize("path", lessons(), ids=lambda p: p.stem)
+def test_lesson_executes_and_every_check_can_fail(path, workspace, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    executed_path = tmp_path / path.name
+    execute(proof_version(nb), executed_path, workspace, world_size=2)
+
+    executed = nbformat.read(executed_path, as_version=4)
+    proof_output = "".join(
+        output.get("text", "")
+        for cell in executed.cells if "exercise-proof" in cell.metadata.get("tags", [])
+        for output in cell.get("outputs", []))
+    for number in range(1, len(exercises(nb)) + 1):
+        assert f"exercise {number}: the stub fails its check" in proof_output

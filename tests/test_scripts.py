@@ -1,0 +1,40 @@
+"""Each companion script run under torchrun with its defaults, asserted on its JSON."""
+import torch
+
+from tools.launch import launch
+
+
+def test_hello_ranks_with_three_processes():
+    data = launch("ddp_scripts/00_hello_ranks.py", nproc=3, out=True, timeout=120,
+                  echo=False).data
+    assert data["world_size"] == 3
+    ranks = data["ranks"]
+    assert [int(r["RANK"]) for r in ranks] == [0, 1, 2]  # all_gather_object keeps rank order
+    assert {r["LOCAL_WORLD_SIZE"] for r in ranks} == {"3"}
+    assert len({r["MASTER_PORT"] for r in ranks}) == 1
+    assert len({r["pid"] for r in ranks}) == 3
+
+
+def test_devices_picks_the_device_and_backend_this_machine_has():
+    gpus = torch.cuda.device_count()
+    nproc = min(2, gpus) if gpus else 2
+    data = launch("ddp_scripts/01_devices.py", nproc=nproc, out=True, timeout=120,
+                  echo=False).data
+    assert data["all_reduce_sum"] == nproc * (nproc + 1) / 2
+    for r in data["ranks"]:
+        own = f"cuda:{r['local_rank']}" if gpus else "cpu"
+        assert r["device"] == own and r["loaded_with_map_location"] == own
+        assert r["backend"] == ("nccl" if gpus else "gloo")
+
+
+def test_devices_forced_to_cpu_uses_gloo():
+    data = launch("ddp_scripts/01_devices.py", "--device", "cpu", nproc=2, out=True,
+                  timeout=120, echo=False).data
+    assert {(r["device"], r["backend"]) for r in data["ranks"]} == {("cpu", "gloo")}
+
+
+def test_devices_asking_for_cuda_without_enough_gpus_fails_clearly():
+    gpus = torch.cuda.device_count()
+    result = launch("ddp_scripts/01_devices.py", "--device", "cuda", nproc=gpus + 1,
+                    timeout=120, echo=False, expect_failure=True)
+    assert f"{gpus + 1} process(es) on this node but {gpus} visible GPU(s)" in result.output

@@ -1,0 +1,88 @@
+"""`make bench`: the figures the course's budgets are about, measured on this machine.
+
+* the cost of one 2-rank torchrun launch of a minimal script (init and destroy a
+  process group) against a bare `python -c "import torch"`, medians of several runs;
+* the execution time of each lesson under papermill, and of the whole course.
+
+Budgets (on 2 CPU cores): a launch at most 3x the bare import; a lesson under 30 s;
+the whole course under 5 minutes. Printed, not asserted: wall times depend on the
+machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from tools.course import execute, lessons, make_workspace
+
+MINIMAL_SCRIPT = """\
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+dist.destroy_process_group()
+"""
+LAUNCH_BUDGET_RATIO = 3.0
+LESSON_BUDGET_S = 30.0
+COURSE_BUDGET_S = 300.0
+
+
+def timed(argv) -> float:
+    start = time.monotonic()
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    return time.monotonic() - start
+
+
+def verdict(ok: bool) -> str:
+    return "within budget" if ok else "OVER BUDGET"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-lessons", action="store_true")
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "minimal.py"
+        script.write_text(MINIMAL_SCRIPT)
+        imports, launches = [], []
+        for i in range(args.repeats):
+            imports.append(timed([sys.executable, "-c", "import torch"]))
+            launches.append(timed([sys.executable, "-m", "torch.distributed.run",
+                                   "--standalone", "--nproc-per-node=2", str(script)]))
+            print(f"run {i + 1}/{args.repeats}: import torch {imports[-1]:.2f} s, "
+                  f"2-rank launch {launches[-1]:.2f} s", flush=True)
+    bare, launch = statistics.median(imports), statistics.median(launches)
+    ratio = launch / bare
+    print(f"\nmedian bare `import torch`:  {bare:.2f} s")
+    print(f"median 2-rank torchrun:       {launch:.2f} s")
+    print(f"launch / import:              {ratio:.1f}x  (budget {LAUNCH_BUDGET_RATIO:g}x: "
+          f"{verdict(ratio <= LAUNCH_BUDGET_RATIO)})")
+    if args.skip_lessons:
+        return 0
+
+    print("\nlesson                          seconds")
+    with tempfile.TemporaryDirectory() as folder:
+        workspace = make_workspace(Path(folder) / "course")
+        total = 0.0
+        for path in lessons():
+            seconds = execute(nbformat.read(path, as_version=4),
+                              Path(folder) / "out" / path.name, workspace)
+            total += seconds
+            print(f"{path.name:<30}  {seconds:7.1f}  {verdict(seconds < LESSON_BUDGET_S)}",
+                  flush=True)
+    print(f"{'whole course':<30}  {total:7.1f}  {verdict(total < COURSE_BUDGET_S)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

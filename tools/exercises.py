@@ -1,0 +1,99 @@
+"""Exercises: solutions in the notebooks, stubs for students, proof that checks can fail.
+
+An exercise is two code cells, one after the other:
+
+* a cell tagged ``solution`` holding a block between ``### BEGIN SOLUTION`` and
+  ``### END SOLUTION``, and the stub a student starts from as lines beginning with
+  ``# STUB: `` (comments in the instructor's notebook, code in the student's);
+* a cell tagged ``check`` that asserts the answer is right.
+
+``student_version`` replaces each solution block with its stub. ``proof_version``
+keeps the notebook whole and appends, after each check cell, the stub and the
+same check run again, which must fail: one execution proves that every check
+passes on its solution and fails on its stub. Exercises must not depend on each
+other, since the proof leaves the stub's values behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import nbformat
+
+BEGIN, END, STUB = "### BEGIN SOLUTION", "### END SOLUTION", "# STUB: "
+_BLOCK = re.compile(rf"^[ \t]*{re.escape(BEGIN)}[^\n]*\n.*?^[ \t]*{re.escape(END)}[^\n]*(\n|$)",
+                    re.S | re.M)
+
+
+class ExerciseFormatError(ValueError):
+    pass
+
+
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def exercises(nb) -> list[tuple[int, int]]:
+    """(solution cell index, check cell index) for every exercise; checks the format."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if "solution" not in tags(cell):
+            continue
+        if not _BLOCK.search(cell.source):
+            raise ExerciseFormatError(f"cell {i} is tagged 'solution' but has no "
+                                      f"{BEGIN} ... {END} block")
+        if not stub_lines(cell.source):
+            raise ExerciseFormatError(f"cell {i} has no '{STUB}' line for the student version")
+        if i + 1 >= len(nb.cells) or "check" not in tags(nb.cells[i + 1]):
+            raise ExerciseFormatError(f"cell {i} (a solution) is not followed by a cell "
+                                      f"tagged 'check'")
+        found.append((i, i + 1))
+    return found
+
+
+def stub_lines(source: str) -> list[str]:
+    return [line.strip()[len(STUB):] for line in source.splitlines()
+            if line.strip().startswith(STUB)]
+
+
+def stub_source(source: str) -> str:
+    """The solution cell as a student gets it: the block replaced by the stub code."""
+    indent = re.match(r"[ \t]*", _BLOCK.search(source).group(0)).group(0)
+    stub = "".join(f"{indent}{line}\n" for line in stub_lines(source))
+    kept = "\n".join(line for line in _BLOCK.sub(lambda m: "\0", source).splitlines()
+                     if not line.strip().startswith(STUB))
+    return kept.replace("\0", stub).rstrip("\n")
+
+
+def student_version(nb):
+    nb = copy.deepcopy(nb)
+    for i, _ in exercises(nb):
+        nb.cells[i].source = stub_source(nb.cells[i].source)
+    return nb
+
+
+def proof_version(nb):
+    """The whole notebook, plus after each exercise: its stub, then its check, expected to fail."""
+    nb = copy.deepcopy(nb)
+    pairs = exercises(nb)
+    for number, (i, j) in reversed(list(enumerate(pairs, start=1))):
+        stub = nbformat.v4.new_code_cell(stub_source(nb.cells[i].source))
+        stub.metadata["tags"] = ["exercise-proof"]
+        expect_fail = nbformat.v4.new_code_cell(_expect_failure(number, nb.cells[j].source))
+        expect_fail.metadata["tags"] = ["exercise-proof"]
+        nb.cells[j + 1:j + 1] = [stub, expect_fail]
+    return nb
+
+
+def _expect_failure(number: int, check_source: str) -> str:
+    return (
+        f"# Exercise {number}: the check must reject the stub.\n"
+        f"try:\n"
+        f"    exec(compile({check_source!r}, 'check {number}', 'exec'), globals())\n"
+        f"except Exception as stub_error:\n"
+        f"    print('exercise {number}: the stub fails its check:', "
+        f"type(stub_error).__name__, stub_error)\n"
+        f"else:\n"
+        f"    raise AssertionError('exercise {number}: its check passed on the stub')\n"
+    )
