@@ -28,7 +28,7 @@ def parse_args():
 
 def require_torchrun():
     """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
+    missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
     if missing:
         sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
                  f"of a distributed job: start it with torchrun, for example\n"

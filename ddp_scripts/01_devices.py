@@ -2,8 +2,9 @@
 
 On a machine with GPUs, local rank k uses cuda:k and the NCCL backend; without
 GPUs every rank uses the CPU and Gloo. Each rank then proves its choice works: an
-all_reduce on its device, and loading a tensor that rank 0 saved, with and without
-map_location. Rank 0 prints a summary and, with --out, writes it as JSON.
+all_reduce on its device, and loading a tensor that its node's local rank 0 saved,
+with and without map_location. Rank 0 prints a summary and, with --out, writes it
+as JSON.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/01_devices.py
 """
@@ -11,7 +12,6 @@ map_location. Rank 0 prints a summary and, with --out, writes it as JSON.
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 
@@ -26,13 +26,20 @@ def parse_args():
                         help="auto: cuda:LOCAL_RANK when GPUs are visible, else the CPU")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: the default backend for the chosen device")
+    parser.add_argument("--workdir", default=tempfile.gettempdir(),
+                        help="a folder on each node for the file saved and loaded")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.device == "cpu" and args.backend == "nccl":
+        parser.error("NCCL only moves CUDA tensors: use --backend gloo with --device cpu")
+    return args
 
 
 def require_torchrun():
     """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
+    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                 "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+               if name not in os.environ]
     if missing:
         sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
                  f"of a distributed job: start it with torchrun, for example\n"
@@ -44,6 +51,8 @@ def pick_device(local_rank, local_world_size, choice):
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     visible = torch.cuda.device_count()
+    if visible == 0:
+        sys.exit("--device cuda, but no GPU is visible: use --device cpu (or auto)")
     if local_world_size > visible:
         # Every rank checks this before joining the group, so all of them stop.
         sys.exit(f"{local_world_size} process(es) on this node but {visible} visible GPU(s) "
@@ -66,18 +75,20 @@ def main():
         torch.cuda.set_device(device)  # NCCL and the object collectives use this device
     backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
         else args.backend
-    dist.init_process_group(backend=backend)
+    # device_id binds this process's NCCL communicator to its own GPU from the start.
+    dist.init_process_group(backend=backend,
+                            device_id=device if device.type == "cuda" else None)
     print(f"rank {rank} (local rank {local_rank}) uses {device} with {backend}")
 
     # 1. A collective on the chosen device: the sum of 1..world_size.
     value = torch.tensor([rank + 1.0], device=device)
     dist.all_reduce(value)
 
-    # 2. Rank 0 saves a tensor from its device; every rank loads it twice.
-    folder = [tempfile.mkdtemp(prefix="ddp-course-01-") if is_rank0 else None]
-    dist.broadcast_object_list(folder, src=0)  # every rank learns rank 0's folder
-    path = os.path.join(folder[0], "tensor.pt")
-    if is_rank0:
+    # 2. Local rank 0 of each node saves a tensor from its device into a folder of
+    #    that node; after the barrier every rank on the node loads it twice.
+    path = os.path.join(args.workdir, f"ddp-course-01-{os.environ['MASTER_PORT']}-"
+                                      f"node{os.environ['GROUP_RANK']}.pt")
+    if local_rank == 0:
         torch.save(torch.arange(3.0, device=device), path)
     dist.barrier()  # nobody loads before the file is complete
     as_saved = torch.load(path, weights_only=True)  # lands where it was saved
@@ -94,9 +105,10 @@ def main():
     }
     everyone = [None] * world_size
     dist.all_gather_object(everyone, mine)
-    dist.barrier()  # every rank has loaded the file before rank 0 removes it
+    dist.barrier()  # every rank has loaded the file before it is removed
+    if local_rank == 0:
+        os.remove(path)
     if is_rank0:
-        shutil.rmtree(folder[0])
         print(f"all_reduce of 1..{world_size} gave {value.item():g}")
         if args.out:
             with open(args.out, "w") as f:

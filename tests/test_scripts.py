@@ -33,8 +33,16 @@ def test_devices_forced_to_cpu_uses_gloo():
     assert {(r["device"], r["backend"]) for r in data["ranks"]} == {("cpu", "gloo")}
 
 
-def test_devices_asking_for_cuda_without_enough_gpus_fails_clearly():
+def test_devices_asking_for_more_gpus_than_visible_fails_clearly():
     gpus = torch.cuda.device_count()
     result = launch("ddp_scripts/01_devices.py", "--device", "cuda", nproc=gpus + 1,
                     timeout=120, echo=False, expect_failure=True)
-    assert f"{gpus + 1} process(es) on this node but {gpus} visible GPU(s)" in result.output
+    expected = (f"{gpus + 1} process(es) on this node but {gpus} visible GPU(s)" if gpus
+                else "--device cuda, but no GPU is visible")
+    assert expected in result.output
+
+
+def test_devices_refuses_nccl_for_cpu_tensors_before_starting():
+    result = launch("ddp_scripts/01_devices.py", "--device", "cpu", "--backend", "nccl",
+                    nproc=None, timeout=120, echo=False, expect_failure=True)
+    assert result.returncode == 2 and "NCCL only moves CUDA tensors" in result.output

@@ -30,6 +30,16 @@ def title(nb) -> str:
     return "untitled"
 
 
+def blurb(nb) -> str:
+    """The first sentence of a lesson's introduction, for the index page."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for paragraph in cell.source.split("\n\n")[1:]:
+                if paragraph.strip():
+                    return paragraph.strip().split(". ")[0].rstrip(".") + "."
+    return ""
+
+
 def make_workspace(dest: Path) -> Path:
     """A fresh copy of the course to execute in, so that running never writes into the
     repository (the lessons rewrite their scripts with %%writefile when they run)."""

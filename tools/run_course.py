@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools.course import REPO, execute, lessons, make_workspace, title
+from tools.course import REPO, blurb, execute, lessons, make_workspace, title
 
 ERROR_TAIL_LINES = 30
 
@@ -36,7 +36,8 @@ def write_index(rows, dest: Path, world_size: int) -> None:
     import torch
 
     items = "\n".join(
-        f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a></td>'
+        f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a><br>'
+        f'<small>{html.escape(r["blurb"])}</small></td>'
         f'<td>{r["status"]}</td><td>{r["seconds"]:.1f}</td></tr>' for r in rows)
     dest.write_text(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>ddp-course</title>
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
         page = path.with_suffix(".html").name
         if executed.exists():
             render_html(executed, html_dir / page, workspace / "notebooks")
-        rows.append({"name": path.name, "title": title(nb), "status": status,
+        rows.append({"name": path.name, "title": title(nb), "blurb": blurb(nb), "status": status,
                      "seconds": seconds, "html": page})
         print(f"[{i}/{len(chosen)}] {path.name}: {status} in {seconds:.1f} s", flush=True)
 
