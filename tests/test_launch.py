@@ -34,7 +34,9 @@ def test_failure_raises_with_the_scripts_error():
         launch("tests/fixtures/fail.py", nproc=2, timeout=60, echo=False)
     message = str(caught.value)
     assert "failed with exit status 1" in message  # torchrun's status
-    assert "rank 1 gives up: no data" in message  # the script's own words, in the tail
+    assert "rank 1 gives up: no data" in message  # the script's own words
+    assert "Root Cause (first observed failure)" in message  # torchrun's report
+    assert "_run_module_as_main" not in message  # but not torchrun's own traceback
     assert not isinstance(caught.value, LaunchTimeout)
     assert caught.value.result.returncode == 1
 

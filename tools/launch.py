@@ -47,6 +47,7 @@ LAUNCHER_VARIABLES = (
 )
 
 TAIL_LINES = 40
+RANK_LINES = 20
 KILL_GRACE_S = 3.0
 _PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<local_rank>\d+)\]:(?P<text>.*)$")
 
@@ -87,6 +88,20 @@ class LaunchResult:
 
     def tail(self, n: int = TAIL_LINES) -> str:
         return "\n".join(self.output.splitlines()[-n:])
+
+    def summary(self, n: int = RANK_LINES) -> str:
+        """What a person needs to see of a failed run: the last lines the ranks printed
+        (the script's own error) and torchrun's failure report, without torchrun's
+        own Python traceback in between. Falls back to the plain tail."""
+        lines = self.output.splitlines()
+        parts = []
+        from_ranks = [line for line in lines if _PREFIX.match(line)][-n:]
+        if from_ranks:
+            parts.append("Last lines from the ranks:\n" + "\n".join(from_ranks))
+        starts = [i for i, line in enumerate(lines) if line.endswith(" FAILED")]
+        if starts:
+            parts.append("torchrun's report:\n" + "\n".join(lines[starts[-1]:]))
+        return "\n\n".join(parts) if parts else self.tail()
 
 
 def torchrun_argv(script: str, args=(), nproc: int = 2) -> list[str]:
@@ -146,15 +161,15 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
             return result
         raise LaunchTimeout(
             f"`{command}` did not finish within {timeout:g} s and was killed "
-            f"(its whole process tree). Last lines of its output:\n{result.tail()}", result)
+            f"(its whole process tree).\n{result.summary()}", result)
     if expect_failure:
         if result.ok:
             raise LaunchError(f"`{command}` was expected to fail but exited 0.", result)
         return result
     if not result.ok:
         raise LaunchError(
-            f"`{command}` failed with exit status {returncode} after {seconds:.1f} s. "
-            f"Last lines of its output:\n{result.tail()}", result)
+            f"`{command}` failed with exit status {returncode} after {seconds:.1f} s.\n"
+            f"{result.summary()}", result)
     if out_path is not None and result.data is None:
         raise LaunchError(f"`{command}` exited 0 but wrote no results to {out_path}.", result)
     if echo:
