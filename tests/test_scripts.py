@@ -46,3 +46,16 @@ def test_devices_refuses_nccl_for_cpu_tensors_before_starting():
     result = launch("ddp_scripts/01_devices.py", "--device", "cpu", "--backend", "nccl",
                     nproc=None, timeout=120, echo=False, expect_failure=True)
     assert result.returncode == 2 and "NCCL only moves CUDA tensors" in result.output
+
+
+def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
+    data = launch("ddp_scripts/02_collectives.py", "--ring-sizes", "2", "5", "100",
+                  "--timing-numel", "3000", "--repeats", "1", nproc=3, out=True,
+                  timeout=120, echo=False).data
+    assert [c["size"] for c in data["ring_checks"]] == [2, 5, 100]
+    assert all(c["equal"] for c in data["ring_checks"])
+    assert data["timing"]["elements_sent_per_rank"] == 2 * 2 * 3000 // 3
+    ops = data["collectives"]
+    assert ops["all_reduce"]["after"] == [[6.0]] * 3
+    assert ops["isend/irecv"]["after"] == [[3.0], [1.0], [2.0]]
+    assert ops["reduce_scatter"]["after"] == [[30.0], [33.0], [36.0]]

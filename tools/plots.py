@@ -1,0 +1,45 @@
+"""Figures the lessons draw from their runs' JSON (plotting code kept out of the lessons)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
+    return f"{value:g}"
+
+
+def collectives_grid(data: dict, names: list[str]):
+    """One row per operation, one column per rank: what the rank held before -> after.
+
+    A dash means the rank holds nothing meaningful (it takes no part, or the result is
+    defined on one rank only)."""
+    n = data["world_size"]
+    fig, ax = plt.subplots(figsize=(2.3 * n + 2.2, 0.62 * len(names) + 0.8))
+    for row, name in enumerate(names):
+        y = len(names) - 1 - row
+        ax.text(-0.1, y, name, ha="right", va="center", fontsize=10, weight="bold",
+                family="monospace")
+        entry = data["collectives"][name]
+        for rank in range(n):
+            before, after = _fmt(entry["before"][rank]), _fmt(entry["after"][rank])
+            ax.add_patch(plt.Rectangle((rank + 0.03, y - 0.4), 0.94, 0.8,
+                                       facecolor="#eef3fb" if row % 2 else "#ffffff",
+                                       edgecolor="#999999"))
+            ax.text(rank + 0.5, y + 0.13, before, ha="center", va="center", fontsize=8.5,
+                    color="#555555")
+            ax.text(rank + 0.5, y - 0.19, "-> " + after, ha="center", va="center",
+                    fontsize=9, weight="bold")
+    for rank in range(n):
+        ax.text(rank + 0.5, len(names) - 0.25, f"rank {rank}", ha="center", va="bottom",
+                fontsize=10, weight="bold")
+    ax.set_xlim(-1.6, n)
+    ax.set_ylim(-0.6, len(names) + 0.2)
+    ax.axis("off")
+    ax.set_title(f"before -> after, world size {n} (backend {data['backend']})", fontsize=11)
+    fig.tight_layout()
+    return fig
