@@ -1,5 +1,6 @@
 """Each companion script run under torchrun with its defaults, asserted on its JSON."""
 import torch
+import torch.distributed
 
 from tools.launch import launch
 
@@ -59,3 +60,23 @@ def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
     assert ops["all_reduce"]["after"] == [[6.0]] * 3
     assert ops["isend/irecv"]["after"] == [[3.0], [1.0], [2.0]]
     assert ops["reduce_scatter"]["after"] == [[30.0], [33.0], [36.0]]
+
+
+def test_backends_measures_every_size_and_probes_every_operation():
+    data = launch("ddp_scripts/03_backends.py", "--sizes", "1024", "65536",
+                  "--seconds-per-size", "0.02", nproc=2, out=True, timeout=120,
+                  echo=False).data
+    assert [r["bytes"] for r in data["rows"]] == [1024, 65536]
+    for r in data["rows"]:
+        assert r["seconds"] > 0 and r["iterations"] >= 3
+        assert abs(r["busbw"] - r["algbw"]) < 1e-9 * r["algbw"]  # 2 ranks: factor 1
+    assert len(data["supported"]) == 10
+    assert set(data["bucketing"]) == {"one call per tensor", "one bucket"}
+
+
+def test_backends_refuses_a_backend_this_build_lacks():
+    missing = next(name for name in ("mpi", "ucc", "nccl")
+                   if not torch.distributed.is_backend_available(name))
+    result = launch("ddp_scripts/03_backends.py", "--backend", missing, nproc=2,
+                    timeout=120, echo=False, expect_failure=True)
+    assert f"backend {missing} is not available in this PyTorch build" in result.output

@@ -43,3 +43,28 @@ def collectives_grid(data: dict, names: list[str]):
     ax.set_title(f"before -> after, world size {n} (backend {data['backend']})", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def bandwidth_plot(data: dict):
+    """all_reduce time, and algorithm / bus bandwidth, against message size (log axes),
+    with one process's memory-copy bandwidth as the ceiling."""
+    rows = data["rows"]
+    sizes = [r["bytes"] for r in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.loglog(sizes, [r["seconds"] * 1e6 for r in rows], "o-", color="#3366aa")
+    left.set_xlabel("message size (bytes)")
+    left.set_ylabel("time per all_reduce (µs)")
+    left.set_title("time: flat while latency dominates, then linear")
+    right.loglog(sizes, [r["algbw"] / 1e9 for r in rows], "o-", label="algbw = S / t")
+    right.loglog(sizes, [r["busbw"] / 1e9 for r in rows], "s--",
+                 label="busbw = algbw x 2(n-1)/n")
+    right.loglog(sizes, [r["copy_bandwidth"] / 1e9 for r in rows], ":", color="#999999",
+                 label="memory copy, one process")
+    right.set_xlabel("message size (bytes)")
+    right.set_ylabel("GB/s")
+    right.set_title(f"bandwidth, {data['world_size']} ranks, {data['backend']}")
+    right.legend(fontsize=9)
+    for ax in (left, right):
+        ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,203 @@
+"""Lesson 03: what the backend delivers, measured: all_reduce time and bandwidth by size.
+
+For each message size, every rank times a series of all_reduce calls; the slowest
+rank's time counts (a collective ends when its last rank is done). From the time t
+for S bytes on n ranks, as nccl-tests defines them:
+    algorithm bandwidth  algbw = S / t
+    bus bandwidth        busbw = algbw * 2(n-1)/n   (what each link carried, per second)
+Before that, each rank tries every operation once, to record which ones this backend
+supports on this device. Rank 0 also times a plain memory copy of the same size, the
+ceiling on one machine, and compares all-reducing many small tensors one by one
+against one bucket of the same total size. With --out, rank 0 writes it all as JSON.
+
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/03_backends.py
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+KIB = 1024
+DEFAULT_SIZES = [KIB * 4 ** k for k in range(9)]  # 1 KiB ... 64 MiB
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULT_SIZES,
+                        help="message sizes in bytes (float32, so multiples of 4)")
+    parser.add_argument("--seconds-per-size", type=float, default=0.15,
+                        help="about how long to spend timing each size")
+    parser.add_argument("--backend", default="auto",
+                        help="auto (from the device), gloo, nccl, mpi, or a per-device "
+                             "list such as cpu:gloo,cuda:nccl")
+    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
+    return parser.parse_args()
+
+
+def require_torchrun():
+    """Stop with a clear message when started by plain `python`."""
+    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
+                 f"of a distributed job: start it with torchrun, for example\n"
+                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
+
+
+def pick_device(local_rank):
+    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def check_backend(backend):
+    """Refuse, with the list of what is there, a backend this PyTorch was built without."""
+    names = [part.split(":")[-1] for part in backend.split(",")]
+    missing = [name for name in names if not dist.is_backend_available(name)]
+    if missing:
+        have = [name for name in ("gloo", "nccl", "mpi", "ucc") if dist.is_backend_available(name)]
+        sys.exit(f"backend {', '.join(missing)} is not available in this PyTorch build "
+                 f"(available: {', '.join(have)})")
+
+
+def probe_operations(device):
+    """Try each operation once on this backend and device: {name: "ok" or the error}."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+
+    def t(*values):
+        return torch.tensor(values, dtype=torch.float32, device=device)
+
+    operations = {
+        "send/recv": lambda: (dist.send(t(1.0), dst=1) if rank == 0
+                              else dist.recv(t(0.0), src=0) if rank == 1 else None),
+        "broadcast": lambda: dist.broadcast(t(1.0), src=0),
+        "all_reduce": lambda: dist.all_reduce(t(1.0)),
+        "reduce": lambda: dist.reduce(t(1.0), dst=0),
+        "all_gather": lambda: dist.all_gather([t(0.0) for _ in range(n)], t(1.0)),
+        "gather": lambda: dist.gather(t(1.0), [t(0.0) for _ in range(n)] if rank == 0 else None,
+                                      dst=0),
+        "scatter": lambda: dist.scatter(t(0.0), [t(1.0) for _ in range(n)] if rank == 0
+                                        else None, src=0),
+        "reduce_scatter": lambda: dist.reduce_scatter(t(0.0), [t(1.0) for _ in range(n)]),
+        "all_to_all": lambda: dist.all_to_all([t(0.0) for _ in range(n)],
+                                              [t(1.0) for _ in range(n)]),
+        "barrier": lambda: dist.barrier(),
+    }
+    found = {}
+    for name, operation in operations.items():
+        try:
+            operation()
+            found[name] = "ok"
+        except RuntimeError as error:  # refused on every rank alike, before any message
+            found[name] = str(error).splitlines()[0][:120]
+    return found
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # CUDA calls return before the GPU has finished
+
+
+def time_all_reduce(numel, seconds, device):
+    """Seconds per all_reduce of `numel` float32 values, as the slowest rank saw it."""
+    t = torch.ones(numel, device=device)
+    dist.all_reduce(t)  # warm up: connections, buffers
+    start = time.perf_counter()
+    dist.all_reduce(t)
+    sync(device)
+    once = torch.tensor([time.perf_counter() - start], dtype=torch.float64, device=device)
+    dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank runs the same count
+    iterations = max(3, min(200, int(seconds / max(once.item(), 1e-6))))
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iterations):
+        dist.all_reduce(t)
+    sync(device)
+    elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64,
+                           device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    return elapsed.item(), iterations
+
+
+def time_copy(numel, seconds, device):
+    """Seconds per copy of `numel` float32 values within one process."""
+    src, dst = torch.ones(numel, device=device), torch.empty(numel, device=device)
+    dst.copy_(src)
+    iterations, start = 0, time.perf_counter()
+    while iterations < 3 or time.perf_counter() - start < seconds / 2:
+        dst.copy_(src)
+        iterations += 1
+    sync(device)
+    return (time.perf_counter() - start) / iterations
+
+
+def compare_bucketing(count, numel, device):
+    """all_reduce `count` tensors one call each, against one flat tensor of the same size."""
+    tensors = [torch.ones(numel, device=device) for _ in range(count)]
+    bucket = torch.ones(count * numel, device=device)
+    timings = {}
+    for name in ("one call per tensor", "one bucket", "one call per tensor", "one bucket"):
+        dist.barrier()
+        start = time.perf_counter()
+        if name == "one bucket":
+            dist.all_reduce(bucket)
+        else:
+            for t in tensors:
+                dist.all_reduce(t)
+        sync(device)
+        timings[name] = time.perf_counter() - start  # the second round (warm) is kept
+    return timings
+
+
+def main():
+    args = parse_args()
+    require_torchrun()
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    is_rank0 = rank == 0
+
+    device = pick_device(int(os.environ["LOCAL_RANK"]))
+    backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
+        else args.backend
+    check_backend(backend)
+    dist.init_process_group(backend=backend)
+
+    supported = probe_operations(device)
+    rows = []
+    for size in args.sizes:
+        numel = size // 4
+        seconds, iterations = time_all_reduce(numel, args.seconds_per_size, device)
+        algbw = size / seconds
+        busbw = algbw * 2 * (world_size - 1) / world_size
+        row = {"bytes": size, "seconds": seconds, "iterations": iterations,
+               "algbw": algbw, "busbw": busbw}
+        if is_rank0:
+            row["copy_bandwidth"] = size / time_copy(numel, args.seconds_per_size, device)
+            print(f"{size:>10} B  {seconds * 1e6:10.1f} us  algbw {algbw / 1e9:6.3f} GB/s  "
+                  f"busbw {busbw / 1e9:6.3f} GB/s  copy {row['copy_bandwidth'] / 1e9:6.2f} GB/s")
+        rows.append(row)
+    bucketing = compare_bucketing(count=256, numel=1024, device=device)  # 256 x 4 KiB
+
+    if is_rank0:
+        print(f"256 tensors of 4 KiB: {bucketing}")
+        if args.out:
+            knobs = {name: os.environ.get(name) for name in
+                     ("OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG",
+                      "NCCL_SOCKET_IFNAME")}
+            with open(args.out, "w") as f:
+                json.dump({"world_size": world_size, "backend": dist.get_backend(),
+                           "device": str(device), "supported": supported, "rows": rows,
+                           "bucketing": bucketing,
+                           "environment": knobs}, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
