@@ -5,7 +5,14 @@ import time
 
 import pytest
 
-from tools.launch import KILL_GRACE_S, LaunchError, LaunchTimeout, launch
+from tools.launch import (
+    KILL_GRACE_S,
+    LaunchError,
+    LaunchTimeout,
+    launch,
+    launch_nodes,
+    launch_ranks,
+)
 
 
 def alive(pid: int) -> bool:
@@ -115,3 +122,36 @@ def test_environment_is_passed_to_the_ranks(tmp_path, monkeypatch):
            env={"MARKER": str(marker)})
     assert marker.read_text() == "1"  # torchrun's default when it starts several workers
     assert os.environ.get("MARKER") is None
+
+
+def test_launch_ranks_sets_rank_variables_and_prefixes_lines(capsys):
+    result = launch_ranks("tests/fixtures/ok.py", nproc=3, out=True, timeout=60)
+    printed = capsys.readouterr().out
+    assert "$ RANK=2 LOCAL_RANK=2 WORLD_SIZE=3 python tests/fixtures/ok.py --out " in printed
+    assert result.rank_lines(2) == ["ok first line from rank 2", "ok second line from rank 2"]
+    assert result.data["rank"] == "0" and result.data["world_size"] == "3"
+    assert result.data["master_port"] is None  # no launcher meeting point: the script's job
+
+
+def test_launch_ranks_can_start_fewer_processes_than_the_world():
+    result = launch_ranks("tests/fixtures/ok.py", nproc=1, world_size=4, out=True,
+                          timeout=60, echo=False)
+    assert result.data["world_size"] == "4" and result.rank_lines(0)
+
+
+def test_launch_ranks_stops_the_others_when_one_fails():
+    start = time.monotonic()
+    result = launch_ranks("tests/fixtures/one_fails.py", nproc=3, timeout=60, echo=False,
+                          expect_failure=True)
+    assert time.monotonic() - start < 20  # not the 60 s timeout: the others were stopped
+    assert not result.timed_out and result.returncode == 3
+    assert "[rank1]:rank 1 fails at once" in result.output
+
+
+def test_launch_nodes_forms_one_job_from_two_agents():
+    result = launch_nodes("tests/fixtures/ok.py", nnodes=2, nproc=1, out=True, timeout=90,
+                          echo=False)
+    assert "--rdzv-backend=c10d" in result.command and result.command.count("torchrun") == 2
+    assert result.data["world_size"] == "2"
+    assert "[node0] [default0]:ok first line" in result.output
+    assert "[node1] [default0]:ok first line" in result.output

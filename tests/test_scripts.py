@@ -80,3 +80,23 @@ def test_backends_refuses_a_backend_this_build_lacks():
     result = launch("ddp_scripts/03_backends.py", "--backend", missing, nproc=2,
                     timeout=120, echo=False, expect_failure=True)
     assert f"backend {missing} is not available in this PyTorch build" in result.output
+
+
+def test_init_methods_env_under_torchrun():
+    data = launch("ddp_scripts/04_init_methods.py", "--methods", "env", nproc=3, out=True,
+                  timeout=120, echo=False).data
+    (attempt,) = data["attempts"]
+    assert attempt["ok"] and attempt["sum_of_ones"] == 3
+    assert sorted(m["rank"] for m in attempt["members"]) == [0, 1, 2]
+
+
+def test_init_methods_need_their_meeting_point():
+    result = launch("ddp_scripts/04_init_methods.py", "--methods", "tcp", nproc=None,
+                    timeout=60, echo=False, expect_failure=True)
+    assert result.returncode == 2 and "--methods tcp needs --port" in result.output
+
+
+def test_init_methods_without_rank_variables_says_how_to_start():
+    result = launch("ddp_scripts/04_init_methods.py", nproc=None, timeout=60, echo=False,
+                    expect_failure=True)
+    assert "RANK, WORLD_SIZE not set" in result.output

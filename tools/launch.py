@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,7 @@ TAIL_LINES = 40
 RANK_LINES = 20
 KILL_GRACE_S = 3.0
 _PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<local_rank>\d+)\]:(?P<text>.*)$")
+_LABELLED = re.compile(r"^\[[A-Za-z_]+\d+\]")
 
 
 class LaunchError(RuntimeError):
@@ -95,7 +97,7 @@ class LaunchResult:
         own Python traceback in between. Falls back to the plain tail."""
         lines = self.output.splitlines()
         parts = []
-        from_ranks = [line for line in lines if _PREFIX.match(line)][-n:]
+        from_ranks = [line for line in lines if _LABELLED.match(line)][-n:]
         if from_ranks:
             parts.append("Last lines from the ranks:\n" + "\n".join(from_ranks))
         starts = [i for i, line in enumerate(lines) if line.endswith(" FAILED")]
@@ -110,15 +112,92 @@ def torchrun_argv(script: str, args=(), nproc: int = 2) -> list[str]:
             str(script), *map(str, args)]
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago: ask the system for one, then release it."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Process:
+    label: str | None  # prefix for its lines; None when torchrun prefixes them itself
+    shown: list[str]  # the command as a learner types it
+    argv: list[str]  # the command as it runs
+    env: dict
+
+
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
            out: bool | str | Path = False, expect_failure: bool = False,
            echo: bool = True, env: dict | None = None,
            cwd: str | Path = REPO) -> LaunchResult:
-    """Run ``script`` (a path relative to the repository root) and check how it ended.
+    """Run ``script`` (a path relative to the repository root) under torchrun on this
+    machine and check how it ended.
 
     ``nproc=None`` runs it with plain ``python`` instead of torchrun (to show what a
     script does when it is not launched by torchrun).
     """
+    def build(args):
+        if nproc is None:
+            shown = ["python", str(script), *args]
+            return [_Process(None, shown, [sys.executable, *shown[1:]], {})]
+        shown = torchrun_argv(script, args, nproc)
+        argv = [sys.executable, "-m", "torch.distributed.run", *shown[1:]]
+        return [_Process(None, shown, argv, {})]
+
+    return _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd)
+
+
+def launch_ranks(script: str, *args, nproc: int = 2, world_size: int | None = None,
+                 only_ranks: list[int] | None = None, timeout: float = 120,
+                 out: bool | str | Path = False, expect_failure: bool = False,
+                 echo: bool = True, env: dict | None = None,
+                 cwd: str | Path = REPO) -> LaunchResult:
+    """Start ``nproc`` plain Python processes, the way a scheduler or a hand-written
+    launcher would: each gets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` (``world_size``,
+    default ``nproc``; larger makes a world that never fills) and nothing else, so the
+    script must find the others by its own init method. ``only_ranks`` starts just those
+    ranks. Lines are prefixed ``[rankN]:``. As torchrun does, once one process fails the
+    others are stopped."""
+    world_size = nproc if world_size is None else world_size
+    ranks = range(nproc) if only_ranks is None else only_ranks
+
+    def build(args):
+        processes = []
+        for rank in ranks:
+            variables = {"RANK": str(rank), "LOCAL_RANK": str(rank),
+                         "WORLD_SIZE": str(world_size)}
+            shown = [*(f"{k}={v}" for k, v in variables.items()), "python", str(script),
+                     *args]
+            processes.append(_Process(f"rank{rank}", shown,
+                                      [sys.executable, str(script), *args], variables))
+        return processes
+
+    return _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd)
+
+
+def launch_nodes(script: str, *args, nnodes: int = 2, nproc: int = 2,
+                 timeout: float = 120, out: bool | str | Path = False,
+                 expect_failure: bool = False, echo: bool = True, env: dict | None = None,
+                 cwd: str | Path = REPO) -> LaunchResult:
+    """Pretend this machine is ``nnodes`` nodes: one torchrun agent per node, meeting
+    through c10d rendezvous on a free local port, exactly as on a cluster (where each
+    command runs on its own machine and the endpoint is node 0's address). Lines are
+    prefixed ``[nodeK]``."""
+    endpoint = f"127.0.0.1:{free_port()}"
+    run_id = f"ddp-course-{os.getpid()}-{time.monotonic_ns()}"
+
+    def build(args):
+        shown = ["torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+                 "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}",
+                 "--tee", "3", str(script), *args]
+        argv = [sys.executable, "-m", "torch.distributed.run", *shown[1:]]
+        return [_Process(f"node{k}", shown, argv, {}) for k in range(nnodes)]
+
+    return _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd)
+
+
+def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     script_path = Path(cwd) / script
     if not script_path.is_file():
         raise FileNotFoundError(f"no script at {script_path}")
@@ -132,23 +211,19 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
         out_path.unlink(missing_ok=True)
     if out_path is not None:
         args += ["--out", str(out_path)]
+    processes = build(args)
+    command = "\n".join(shlex.join(p.shown) for p in processes)
 
-    if nproc is None:
-        shown = ["python", str(script), *args]
-        argv = [sys.executable, *shown[1:]]
-    else:
-        shown = torchrun_argv(script, args, nproc)
-        argv = [sys.executable, "-m", "torch.distributed.run", *shown[1:]]
-    command = shlex.join(shown)
-
-    child_env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    child_env["PYTHONUNBUFFERED"] = "1"
-    child_env.update(env or {})
-
+    base_env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    base_env["PYTHONUNBUFFERED"] = "1"
+    base_env.update(env or {})
     if echo:
-        print(f"$ {command}", flush=True)
+        for p in processes:
+            print(f"$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
+                  flush=True)
     try:
-        returncode, output, seconds, timed_out = _run(argv, child_env, cwd, timeout, echo)
+        returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,
+                                                      echo)
         result = LaunchResult(command, returncode, output, seconds, timed_out)
         if result.ok and out_path is not None and out_path.is_file():
             result.data = json.loads(out_path.read_text())
@@ -156,82 +231,100 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
         if out_folder is not None:
             shutil.rmtree(out_folder, ignore_errors=True)
 
+    shown = command.replace("\n", " & ")
     if timed_out:
         if expect_failure:
             return result
         raise LaunchTimeout(
-            f"`{command}` did not finish within {timeout:g} s and was killed "
+            f"`{shown}` did not finish within {timeout:g} s and was killed "
             f"(its whole process tree).\n{result.summary()}", result)
     if expect_failure:
         if result.ok:
-            raise LaunchError(f"`{command}` was expected to fail but exited 0.", result)
+            raise LaunchError(f"`{shown}` was expected to fail but exited 0.", result)
         return result
     if not result.ok:
         raise LaunchError(
-            f"`{command}` failed with exit status {returncode} after {seconds:.1f} s.\n"
+            f"`{shown}` failed with exit status {returncode} after {seconds:.1f} s.\n"
             f"{result.summary()}", result)
     if out_path is not None and result.data is None:
-        raise LaunchError(f"`{command}` exited 0 but wrote no results to {out_path}.", result)
+        raise LaunchError(f"`{shown}` exited 0 but wrote no results to {out_path}.", result)
     if echo:
         print(f"[launch] finished in {seconds:.1f} s", flush=True)
     return result
 
 
-def _run(argv, env, cwd, timeout, echo):
+def _run(processes, base_env, cwd, timeout, echo):
+    """Run the processes together; stream their lines; stop them all at the deadline,
+    or as soon as one of several fails. Returns (returncode, output, seconds, timed_out)
+    where returncode is the first non-zero exit status seen, or 0."""
     start = time.monotonic()
     deadline = start + timeout
-    proc = subprocess.Popen(
-        argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-        start_new_session=True,  # its own process group, killed as one on timeout
-    )
     lines: queue.Queue = queue.Queue()
+    running = []
+    for p in processes:
+        proc = subprocess.Popen(
+            p.argv, cwd=cwd, env={**base_env, **p.env}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            bufsize=1, start_new_session=True,  # its own group, killed as one on timeout
+        )
+        prefix = f"[{p.label}]" if p.label else ""
+        if p.label and p.label.startswith("node"):
+            prefix += " "
+        elif p.label:
+            prefix += ":"
 
-    def pump():
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
+        def pump(proc=proc, prefix=prefix):
+            for line in proc.stdout:
+                lines.put(prefix + line)
+            lines.put(None)
 
-    # A reader thread fills the queue; this thread prints, so that a notebook shows
-    # the lines in the cell that launched the run.
-    threading.Thread(target=pump, daemon=True).start()
+        # Reader threads fill the queue; this thread prints, so that a notebook shows
+        # the lines in the cell that launched the run.
+        threading.Thread(target=pump, daemon=True).start()
+        running.append(proc)
+
     captured: list[str] = []
-    timed_out = False
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
+    open_streams, timed_out, returncode = len(running), False, 0
+    while open_streams or any(proc.poll() is None for proc in running):
+        if time.monotonic() >= deadline:
             timed_out = True
             break
         try:
-            line = lines.get(timeout=min(remaining, 0.5))
+            line = lines.get(timeout=0.2)
         except queue.Empty:
-            continue
+            line = ""
         if line is None:
-            break
-        captured.append(line)
-        if echo:
-            print(line, end="", flush=True)
-    if not timed_out:
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    if timed_out:
-        kill_tree(proc)
-        # Whatever was printed before the kill is part of the story.
-        while True:
-            try:
-                line = lines.get(timeout=1.0)
-            except queue.Empty:
-                break
-            if line is None:
-                break
+            open_streams -= 1
+        elif line:
             captured.append(line)
-        if echo:
-            print(f"[launch] timed out after {timeout:g} s: killed the run", flush=True)
-    proc.stdout.close()
-    returncode = None if timed_out else proc.returncode
-    return returncode, "".join(captured), time.monotonic() - start, timed_out
+            if echo:
+                print(line, end="", flush=True)
+        failed = [proc.returncode for proc in running if proc.poll() not in (None, 0)]
+        if failed and not returncode:
+            returncode = failed[0]
+            for proc in running:  # the others would wait for the failed one forever
+                if proc.poll() is None:
+                    kill_tree(proc)
+    for proc in running:
+        if proc.poll() is None:
+            kill_tree(proc)
+    while True:  # whatever was printed before the end is part of the story
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            break
+        if line:
+            captured.append(line)
+            if echo and not timed_out:
+                print(line, end="", flush=True)
+    if timed_out and echo:
+        print(f"[launch] timed out after {timeout:g} s: killed the run", flush=True)
+    for proc in running:
+        proc.stdout.close()
+    if not returncode and not timed_out:
+        returncode = next((proc.returncode for proc in running if proc.returncode), 0)
+    return (None if timed_out else returncode), "".join(captured), \
+        time.monotonic() - start, timed_out
 
 
 def descendants(pid: int) -> list[int]:

@@ -1,0 +1,146 @@
+"""Lesson 04: how processes find each other, five ways.
+
+Each rank reads RANK and WORLD_SIZE from its environment (torchrun sets them; so can
+any other launcher) and joins the process group with each method given, in turn:
+
+  env        init_method="env://"           MASTER_ADDR:MASTER_PORT from the environment
+  tcp        init_method="tcp://ADDR:PORT"  rank 0 listens on PORT, the others connect
+  file       init_method="file://PATH"      the ranks meet in a file they can all reach
+  tcpstore   store=TCPStore(ADDR, PORT)     what tcp:// does, with the store made by hand
+  filestore  store=FileStore(PATH)          what file:// does, by hand
+
+After joining, the ranks check the world they formed (an all_reduce of ones gives
+the world size; every rank reports who it is), then leave it. With --keep-going a
+method that fails is recorded and the next one tried. Rank 0 prints a summary and,
+with --out, writes it as JSON.
+
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/04_init_methods.py --methods env
+    RANK=0 WORLD_SIZE=2 python ddp_scripts/04_init_methods.py --methods tcp --port 29511 &
+    RANK=1 WORLD_SIZE=2 python ddp_scripts/04_init_methods.py --methods tcp --port 29511
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+METHODS = ["env", "tcp", "file", "tcpstore", "filestore"]
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["env"])
+    parser.add_argument("--addr", default="127.0.0.1", help="rank 0's address (tcp, tcpstore)")
+    parser.add_argument("--port", type=int, help="port for tcp://")
+    parser.add_argument("--store-port", type=int, help="port for the TCPStore")
+    parser.add_argument("--file", help="rendezvous file for file:// (FileStore adds .store)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the others before giving up")
+    parser.add_argument("--rank0-delay", type=float, default=0.0,
+                        help="rank 0 starts this many seconds late")
+    parser.add_argument("--crash-after-joining", action="store_true",
+                        help="exit at once after joining, without leaving the group, "
+                             "as a killed job would")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record a method that fails and go on with the next")
+    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
+    args = parser.parse_args()
+    for method, needs in [("tcp", "port"), ("tcpstore", "store_port"), ("file", "file"),
+                          ("filestore", "file")]:
+        if method in args.methods and getattr(args, needs) is None:
+            parser.error(f"--methods {method} needs --{needs.replace('_', '-')}")
+    return args
+
+
+def require_rank_variables():
+    """Stop with a clear message when nobody said which rank this is."""
+    missing = [name for name in ("RANK", "WORLD_SIZE") if name not in os.environ]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
+                 f"of a distributed job: start it with torchrun, for example\n"
+                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}\n"
+                 f"or set RANK and WORLD_SIZE yourself for each process.")
+
+
+def join(method, args, rank, world_size, backend):
+    """Join the default process group with one init method."""
+    timeout = datetime.timedelta(seconds=args.timeout)
+    if method == "env":
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    elif method == "tcp":
+        dist.init_process_group(backend, init_method=f"tcp://{args.addr}:{args.port}",
+                                rank=rank, world_size=world_size, timeout=timeout)
+    elif method == "file":
+        dist.init_process_group(backend, init_method=f"file://{args.file}",
+                                rank=rank, world_size=world_size, timeout=timeout)
+    elif method == "tcpstore":
+        store = dist.TCPStore(args.addr, args.store_port, world_size,
+                              is_master=(rank == 0), timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+    elif method == "filestore":
+        store = dist.FileStore(args.file + ".store", world_size)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
+
+
+def check_world(rank):
+    """Every rank reports who it is; an all_reduce of ones counts the members."""
+    ones = torch.ones(1)
+    dist.all_reduce(ones)
+    me = {"rank": rank, "local_rank": os.environ.get("LOCAL_RANK"),
+          "node": os.environ.get("GROUP_RANK"), "pid": os.getpid()}
+    members = [None] * dist.get_world_size()
+    dist.all_gather_object(members, me)
+    return {"world_size": dist.get_world_size(), "sum_of_ones": ones.item(),
+            "members": members}
+
+
+def main():
+    args = parse_args()
+    require_rank_variables()
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    is_rank0 = rank == 0
+    backend = "gloo"  # the init method is independent of the backend; Gloo runs anywhere
+    if is_rank0 and args.rank0_delay:
+        time.sleep(args.rank0_delay)
+
+    results = []
+    for method in args.methods:
+        start = time.monotonic()
+        try:
+            join(method, args, rank, world_size, backend)
+        except Exception as error:  # noqa: BLE001 - every failure is the lesson here
+            seconds = time.monotonic() - start
+            message = str(error).splitlines()[0][:300]
+            print(f"{method}: failed after {seconds:.1f} s: {type(error).__name__}: {message}",
+                  flush=True)
+            results.append({"method": method, "ok": False, "seconds": seconds,
+                            "error": f"{type(error).__name__}: {message}"})
+            if not args.keep_going:
+                sys.exit(1)
+            continue
+        if args.crash_after_joining:
+            print(f"{method}: joined, now crashing on purpose", flush=True)
+            os._exit(1)  # no clean-up of any kind, like a SIGKILL
+        results.append({"method": method, "ok": True, "seconds": time.monotonic() - start,
+                        **check_world(rank)})
+        if is_rank0:
+            print(f"{method}: {world_size} ranks joined in {results[-1]['seconds']:.2f} s",
+                  flush=True)
+        dist.destroy_process_group()
+
+    if is_rank0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({"world_size": world_size, "attempts": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
