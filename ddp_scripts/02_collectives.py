@@ -65,10 +65,12 @@ def show_collectives(rank, world_size, device):
     record("send/recv", before, t.tolist())
 
     # isend / irecv: a ring, every rank sends to its right and receives from its left.
-    # Both are started before waiting, so nobody blocks the others.
+    # batch_isend_irecv starts both at once (as one group of operations on NCCL), so
+    # nobody blocks the others.
     mine = torch.tensor([rank + 1.0], device=device)
     from_left = torch.zeros(1, device=device)
-    requests = [dist.isend(mine, dst=(rank + 1) % n), dist.irecv(from_left, src=(rank - 1) % n)]
+    requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, (rank + 1) % n),
+                                       dist.P2POp(dist.irecv, from_left, (rank - 1) % n)])
     for request in requests:
         request.wait()
     record("isend/irecv", mine.tolist(), from_left.tolist())
@@ -109,6 +111,7 @@ def show_collectives(rank, world_size, device):
     record("reduce_scatter", t.tolist(), out.tolist())
 
     # barrier: rank r arrives r * 0.2 s late; nobody leaves before the last arrives.
+    # (time.time() is comparable between processes of one machine, not across nodes.)
     time.sleep(0.2 * rank)
     arrived = time.time()
     dist.barrier()
@@ -133,9 +136,12 @@ def ring_all_reduce(t):
     def pass_along(send_index, receive_index):
         nonlocal sent
         incoming = torch.empty_like(chunks[receive_index])
-        request = dist.isend(chunks[send_index], dst=right)  # not blocking: all send at once
-        dist.recv(incoming, src=left)
-        request.wait()
+        # Send right and receive from the left at the same time: if every rank sent
+        # first and received after, a ring of blocking sends could wait on itself.
+        requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, chunks[send_index], right),
+                                           dist.P2POp(dist.irecv, incoming, left)])
+        for request in requests:
+            request.wait()
         sent += chunks[send_index].numel()
         return incoming
 
@@ -187,6 +193,8 @@ def main():
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     is_rank0 = rank == 0
+    if world_size < 2:
+        sys.exit("this script shows messages between ranks: start at least 2 processes")
 
     device = pick_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group(backend=dist.get_default_backend_for_device(device))

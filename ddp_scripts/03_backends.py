@@ -95,7 +95,7 @@ def probe_operations(device):
         try:
             operation()
             found[name] = "ok"
-        except RuntimeError as error:  # refused on every rank alike, before any message
+        except RuntimeError as error:  # the backend refused it for this device
             found[name] = str(error).splitlines()[0][:120]
     return found
 
@@ -152,7 +152,10 @@ def compare_bucketing(count, numel, device):
             for t in tensors:
                 dist.all_reduce(t)
         sync(device)
-        timings[name] = time.perf_counter() - start  # the second round (warm) is kept
+        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64,
+                               device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
+        timings[name] = elapsed.item()  # the second round (warm) is the one kept
     return timings
 
 
@@ -162,6 +165,8 @@ def main():
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     is_rank0 = rank == 0
+    if world_size < 2:
+        sys.exit("this script measures messages between ranks: start at least 2 processes")
 
     device = pick_device(int(os.environ["LOCAL_RANK"]))
     backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \

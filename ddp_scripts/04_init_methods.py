@@ -49,6 +49,8 @@ def parse_args():
                              "as a killed job would")
     parser.add_argument("--keep-going", action="store_true",
                         help="record a method that fails and go on with the next")
+    parser.add_argument("--backend", default="auto",
+                        help="auto: the default for this rank's device (gloo on CPU)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     args = parser.parse_args()
     for method, needs in [("tcp", "port"), ("tcpstore", "store_port"), ("file", "file"),
@@ -90,12 +92,21 @@ def join(method, args, rank, world_size, backend):
                                 timeout=timeout)
 
 
-def check_world(rank):
+def pick_device(local_rank):
+    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def check_world(rank, device):
     """Every rank reports who it is; an all_reduce of ones counts the members."""
-    ones = torch.ones(1)
+    ones = torch.ones(1, device=device)
     dist.all_reduce(ones)
     me = {"rank": rank, "local_rank": os.environ.get("LOCAL_RANK"),
-          "node": os.environ.get("GROUP_RANK"), "pid": os.getpid()}
+          "node": os.environ.get("GROUP_RANK"), "pid": os.getpid(),
+          "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"}
     members = [None] * dist.get_world_size()
     dist.all_gather_object(members, me)
     return {"world_size": dist.get_world_size(), "sum_of_ones": ones.item(),
@@ -108,7 +119,9 @@ def main():
     rank = int(os.environ["RANK"])
     world_size = int(os.environ["WORLD_SIZE"])
     is_rank0 = rank == 0
-    backend = "gloo"  # the init method is independent of the backend; Gloo runs anywhere
+    device = pick_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
+        else args.backend
     if is_rank0 and args.rank0_delay:
         time.sleep(args.rank0_delay)
 
@@ -131,7 +144,7 @@ def main():
             print(f"{method}: joined, now crashing on purpose", flush=True)
             os._exit(1)  # no clean-up of any kind, like a SIGKILL
         results.append({"method": method, "ok": True, "seconds": time.monotonic() - start,
-                        **check_world(rank)})
+                        **check_world(rank, device)})
         if is_rank0:
             print(f"{method}: {world_size} ranks joined in {results[-1]['seconds']:.2f} s",
                   flush=True)

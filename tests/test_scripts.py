@@ -2,7 +2,7 @@
 import torch
 import torch.distributed
 
-from tools.launch import launch
+from tools.launch import launch, launch_ranks
 
 
 def test_hello_ranks_with_three_processes():
@@ -100,3 +100,11 @@ def test_init_methods_without_rank_variables_says_how_to_start():
     result = launch("ddp_scripts/04_init_methods.py", nproc=None, timeout=60, echo=False,
                     expect_failure=True)
     assert "RANK, WORLD_SIZE not set" in result.output
+
+
+def test_init_methods_lone_rank_with_a_fresh_file_waits_then_times_out(tmp_path):
+    # The contrast lesson 04 draws with a stale file: a fresh one makes rank 1 wait.
+    result = launch_ranks("ddp_scripts/04_init_methods.py", "--methods", "file", "--file",
+                          tmp_path / "fresh", "--timeout", 1, nproc=2, only_ranks=[1],
+                          timeout=60, echo=False, expect_failure=True)
+    assert "Wait timeout" in result.output and "connectFullMesh" not in result.output
