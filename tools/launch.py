@@ -15,6 +15,10 @@ forever. ``launch`` instead:
   rank 0 wrote there;
 * with ``expect_failure=True`` returns the captured output of a run that is meant
   to fail, so that a check cell can assert on the error message.
+
+``launch_ranks`` does the same for plain Python processes started by hand (as a
+scheduler would start them), and ``launch_nodes`` for several torchrun agents that
+play the nodes of a cluster on this one machine.
 """
 
 from __future__ import annotations
