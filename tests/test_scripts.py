@@ -108,3 +108,28 @@ def test_init_methods_lone_rank_with_a_fresh_file_waits_then_times_out(tmp_path)
                           tmp_path / "fresh", "--timeout", 1, nproc=2, only_ranks=[1],
                           timeout=60, echo=False, expect_failure=True)
     assert "Wait timeout" in result.output and "connectFullMesh" not in result.output
+
+
+def test_ddp_equivalence_on_three_ranks():
+    data = launch("ddp_scripts/05_ddp.py", "--batch", "30", "--steps", "3", nproc=3,
+                  out=True, timeout=120, echo=False).data
+    eq = data["equivalence"]
+    assert eq["plain"]["max_abs_diff"] < 1e-6 and eq["plain"]["samples_per_rank"] == 10
+    assert eq["sum_loss"]["max_abs_diff"] > 1e-4
+    assert len({b["after"] for b in data["broadcast"]}) == 1
+
+
+def test_ddp_refuses_a_batch_that_does_not_split():
+    result = launch("ddp_scripts/05_ddp.py", "--batch", "31", nproc=2, timeout=120,
+                    echo=False, expect_failure=True)
+    assert "--batch 31 must be divisible by the world size 2" in result.output
+
+
+def test_ddp_training_reduces_metrics_exactly():
+    data = launch("ddp_scripts/05_ddp_training.py", "--epochs", "2", nproc=2, out=True,
+                  timeout=120, echo=False).data
+    assert len(data["history"]) == 2
+    for h in data["history"]:
+        assert h["reduced"] == h["single"] and h["reduced_count"] == data["test_size"]
+        assert h["naive_count"] == data["test_size"] + 1  # 361 padded to 362
+    assert sorted(i for f in data["sampler"] for i in f["shard"]) == list(range(1436))

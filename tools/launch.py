@@ -123,6 +123,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def cpu_unless_enough_gpus(nproc_per_node: int) -> dict:
+    """Environment for a launch of ``nproc_per_node`` processes per node: nothing on a
+    machine without GPUs or with enough of them (one each); on a machine with too few,
+    hide the GPUs so that every rank uses the CPU and Gloo instead of crowding one GPU."""
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if gpus == 0 or gpus >= nproc_per_node:
+        return {}
+    print(f"[launch] {gpus} GPU(s) for {nproc_per_node} processes: running on the CPU",
+          flush=True)
+    return {"CUDA_VISIBLE_DEVICES": ""}
+
+
 @dataclass
 class _Process:
     label: str | None  # prefix for its lines; None when torchrun prefixes them itself

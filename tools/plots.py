@@ -68,3 +68,23 @@ def bandwidth_plot(data: dict):
         ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def training_curves(runs: dict):
+    """Train loss and test accuracy per epoch, one line per run ({label: history})."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    for (label, history), style in zip(runs.items(), ["o-", "x--", "s:"]):
+        epochs = [h["epoch"] for h in history]
+        left.plot(epochs, [h["train_loss"] for h in history], style, label=label)
+        right.plot(epochs, [h["reduced"] for h in history], style, label=label)
+    left.set_xlabel("epoch")
+    left.set_ylabel("train loss (mean over all ranks' samples)")
+    left.set_yscale("log")
+    right.set_xlabel("epoch")
+    right.set_ylabel("test accuracy")
+    right.axhline(0.95, color="#999999", lw=0.8, ls=":")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,220 @@
+"""Lesson 05: what DistributedDataParallel does, checked.
+
+1. At construction DDP copies rank 0's parameters to every rank (each rank starts
+   here from different random weights on purpose).
+2. In backward DDP all-reduces gradients in buckets, while backward is still running:
+   a communication hook records each bucket as it is handed over, and tensor hooks
+   record when each gradient was computed.
+3. N ranks with B/N samples each take the same steps as one process with all B
+   samples (SGD with momentum), and where they do not: BatchNorm, a sum-reduced loss,
+   a DistributedSampler that pads.
+Rank 0 prints a summary and, with --out, writes everything as JSON.
+
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/05_ddp.py
+"""
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
+
+FEATURES, CLASSES = 16, 4
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=5, help="SGD steps per comparison")
+    parser.add_argument("--batch", type=int, default=32, help="global batch per step")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--bucket-cap-mb", type=float, default=0.004,
+                        help="DDP bucket size (DDP's default is 25; tiny here to get several)")
+    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
+    return parser.parse_args()
+
+
+def require_torchrun():
+    """Stop with a clear message when started by plain `python`."""
+    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
+                 f"of a distributed job: start it with torchrun, for example\n"
+                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
+
+
+def pick_device(local_rank):
+    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def make_model(seed, batchnorm=False):
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(FEATURES, 32), nn.BatchNorm1d(32) if batchnorm else nn.Identity(), nn.ReLU(),
+        nn.Linear(32, 32), nn.ReLU(),
+        nn.Linear(32, CLASSES))
+
+
+def make_data(rows):
+    """The same data on every rank: a fixed seed, not a download."""
+    generator = torch.Generator().manual_seed(1234)
+    x = torch.randn(rows, FEATURES, generator=generator)
+    y = torch.randint(0, CLASSES, (rows,), generator=generator)
+    return x, y
+
+
+def wrap(model, device):
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def check_broadcast(rank, device):
+    """Each rank builds its model from its own seed; DDP makes them all rank 0's."""
+    model = make_model(seed=rank).to(device)
+    before = sum(p.sum().item() for p in model.parameters())
+    ddp = wrap(model, device)
+    after = sum(p.sum().item() for p in ddp.module.parameters())
+    return {"before": before, "after": after}
+
+
+def record_buckets(device, world_size, bucket_cap_mb):
+    """One training step, watching when each gradient is computed and when each
+    bucket is handed to the all-reduce."""
+    model = make_model(seed=0).to(device)
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb,
+              device_ids=[device.index] if device.type == "cuda" else None)
+    names = {id(p): name for name, p in model.named_parameters()}
+    events, ready = [], {}
+
+    def hook(state, bucket):  # called by DDP once every gradient in the bucket is ready
+        events.append({"bucket": bucket.index(), "at": time.perf_counter(),
+                       "params": [names[id(p)] for p in bucket.parameters()],
+                       "numel": bucket.buffer().numel()})
+        future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+        return future.then(lambda f: f.value()[0].div_(world_size))  # the average
+
+    def gradient_computed(name):
+        def note(grad):  # a tensor hook: runs when this parameter's gradient is computed
+            ready.setdefault(name, time.perf_counter())
+        return note
+
+    ddp.register_comm_hook(None, hook)
+    for name, p in model.named_parameters():
+        p.register_hook(gradient_computed(name))
+    x, y = make_data(32)
+    buckets_per_step = []
+    for _ in range(2):  # DDP builds its real buckets after the first step: watch the second
+        events.clear()
+        ready.clear()
+        loss = F.cross_entropy(ddp(x.to(device)), y.to(device))
+        start = time.perf_counter()
+        loss.backward()
+        end = time.perf_counter()
+        buckets_per_step.append(len(events))
+    return {"first_step_buckets": buckets_per_step[0],
+            "buckets": [{**e, "at": e["at"] - start} for e in events],
+            "grad_ready": {name: t - start for name, t in ready.items()},
+            "backward_seconds": end - start}
+
+
+def steps(model, optimizer, blocks, reduction="mean", scale=1.0):
+    for x, y in blocks:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y, reduction=reduction) * scale
+        loss.backward()
+        optimizer.step()
+
+
+def compare(variant, rank, world_size, device, args):
+    """Train the same model for args.steps steps two ways and return the largest
+    difference in the final weights: DDP on this world, each rank with its share of
+    every batch, against one process (here, on each rank) with the whole batch."""
+    batchnorm = variant == "batchnorm"
+    reduction = "sum" if variant.startswith("sum_loss") else "mean"
+    rows = args.batch - 1 if variant == "padded" else args.batch  # 31: not divisible
+    x, y = make_data(rows * args.steps)
+    blocks = [(x[s * rows:(s + 1) * rows], y[s * rows:(s + 1) * rows])
+              for s in range(args.steps)]
+
+    # One process, the whole batch each step (on the same device, for a fair comparison).
+    single = make_model(seed=0, batchnorm=batchnorm).to(device)
+    optimizer = torch.optim.SGD(single.parameters(), lr=args.lr, momentum=args.momentum)
+    steps(single, optimizer, [(bx.to(device), by.to(device)) for bx, by in blocks], reduction)
+
+    # DDP: this rank's share of each batch, as DistributedSampler hands it out.
+    mine = list(DistributedSampler(range(rows), num_replicas=world_size, rank=rank,
+                                   shuffle=False))
+    shards = [(bx[mine].to(device), by[mine].to(device)) for bx, by in blocks]
+    model = wrap(make_model(seed=0, batchnorm=batchnorm).to(device), device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    scale = world_size if variant == "sum_loss_scaled" else 1.0
+    steps(model, optimizer, shards, reduction, scale)
+
+    diff = max((a.detach() - b.detach()).abs().max().item()
+               for a, b in zip(model.module.parameters(), single.parameters()))
+    return {"max_abs_diff": diff, "samples_per_rank": len(mine), "rows": rows}
+
+
+def try_syncbatchnorm(device):
+    """SyncBatchNorm computes BatchNorm's statistics over all ranks' samples."""
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(make_model(0, batchnorm=True)).to(device)
+    try:
+        ddp = wrap(model, device)  # on the CPU, DDP already refuses here
+        ddp(torch.randn(8, FEATURES, device=device)).sum().backward()
+        return "ok"
+    except ValueError as error:
+        return f"ValueError: {error}"
+
+
+def run(rank, world_size, device, args):
+    """All experiments; the models are gone when this returns, before the group is."""
+    found = {"broadcast": check_broadcast(rank, device),
+             "buckets": record_buckets(device, world_size, args.bucket_cap_mb),
+             "equivalence": {v: compare(v, rank, world_size, device, args) for v in
+                             ("plain", "batchnorm", "sum_loss", "sum_loss_scaled", "padded")},
+             "syncbatchnorm": try_syncbatchnorm(device)}
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, found["broadcast"])
+    found["broadcast"] = everyone
+    return found
+
+
+def main():
+    args = parse_args()
+    require_torchrun()
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    is_rank0 = rank == 0
+    if args.batch % world_size:
+        sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
+
+    device = pick_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(backend=dist.get_default_backend_for_device(device))
+    found = run(rank, world_size, device, args)
+    # DDP objects can sit in reference cycles (the one whose construction SyncBatchNorm
+    # refused above certainly does); free them all before the group goes.
+    gc.collect()
+    if is_rank0:
+        for variant, result in found["equivalence"].items():
+            print(f"{variant:16} max |DDP - single| = {result['max_abs_diff']:.2e}")
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"world_size": world_size, "device": str(device), **found}, f,
+                          indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
