@@ -36,7 +36,8 @@ def blurb(nb) -> str:
         if cell.cell_type == "markdown":
             for paragraph in cell.source.split("\n\n")[1:]:
                 if paragraph.strip():
-                    return paragraph.strip().split(". ")[0].rstrip(".") + "."
+                    sentence = paragraph.strip().split(". ")[0].rstrip(".") + "."
+                    return sentence.replace("**", "").replace("`", "")  # plain text
     return ""
 
 
