@@ -133,3 +133,45 @@ def test_ddp_training_reduces_metrics_exactly():
         assert h["reduced"] == h["single"] and h["reduced_count"] == data["test_size"]
         assert h["naive_count"] == data["test_size"] + 1  # 361 padded to 362
     assert sorted(i for f in data["sampler"] for i in f["shard"]) == list(range(1436))
+
+
+def test_skewed_speeds_on_three_ranks_with_a_middle_straggler():
+    data = launch("ddp_scripts/06_skewed_speeds.py", "--slow-rank", "1", "--steps", "6",
+                  "--batches", "5", "3", nproc=3, out=True, timeout=120, echo=False).data
+    waits = [sum(s["end"] - s["ready"] for s in steps) for steps in data["timeline"]]
+    assert waits.index(min(waits)) == 1  # the straggler is the one rank that hardly waits
+    assert "Ranks 1 failed to pass monitoredBarrier" in data["monitored_barrier"][0]["error"]
+    assert all("Detected mismatch" in o["error"] for o in data["mismatch_detail"])
+    assert [o["steps_done"] for o in data["uneven"]] == [3, 3, 3]
+    for key, divided in [("join", True), ("join_no_divide", False)]:
+        extra = data[key][0]["extra_steps"]
+        assert [s["step"] for s in extra] == [3, 4]
+        assert all(s["equals_own_gradient_over_world_size"] == divided for s in extra)
+        assert all(o["same_weights_everywhere"] for o in data[key])
+
+
+def test_skewed_speeds_stall_fails_the_job_after_the_timeout():
+    result = launch("ddp_scripts/06_skewed_speeds.py", "--stall-at", "1", "--timeout", "2",
+                    "--device", "cpu", nproc=2, out=True, timeout=120, echo=False,
+                    expect_failure=True)
+    assert result.data["step"] == 1 and 2 <= result.data["waited"] < 4
+    assert "rank 1: stalling at step 1" in result.output
+    assert "Root Cause (first observed failure)" in result.output
+
+
+def test_skewed_speeds_refuses_rank_0_as_the_slow_rank():
+    result = launch("ddp_scripts/06_skewed_speeds.py", "--slow-rank", "0", nproc=2,
+                    timeout=120, echo=False, expect_failure=True)
+    assert "--slow-rank must be between 1 and 1" in result.output
+
+
+def test_detail_debug_level_crashes_ddp_construction_on_this_torch():
+    # Lesson 06 says so. When a PyTorch release fixes it, this test fails: update the
+    # lesson (and this test) then.
+    crashed = launch("tests/fixtures/ddp_construct.py", nproc=1, timeout=120, echo=False,
+                     expect_failure=True, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert "debug level DebugLevel.DETAIL" in crashed.output
+    assert "constructed" not in crashed.output and "SIGSEGV" in crashed.output
+    fine = launch("tests/fixtures/ddp_construct.py", nproc=1, timeout=120, echo=False,
+                  env={"TORCH_DISTRIBUTED_DEBUG": "INFO"})
+    assert "stepped" in fine.output

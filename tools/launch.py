@@ -14,7 +14,8 @@ forever. ``launch`` instead:
 * with ``out=True`` passes ``--out PATH`` to the script and returns the JSON that
   rank 0 wrote there;
 * with ``expect_failure=True`` returns the captured output of a run that is meant
-  to fail, so that a check cell can assert on the error message.
+  to fail, so that a check cell can assert on the error message (and on the JSON
+  the run wrote before it failed, if it wrote one).
 
 ``launch_ranks`` does the same for plain Python processes started by hand (as a
 scheduler would start them), and ``launch_nodes`` for several torchrun agents that
@@ -243,8 +244,12 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
         returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,
                                                       echo)
         result = LaunchResult(command, returncode, output, seconds, timed_out)
-        if result.ok and out_path is not None and out_path.is_file():
-            result.data = json.loads(out_path.read_text())
+        if out_path is not None and out_path.is_file():  # a failed run may have written one
+            try:
+                result.data = json.loads(out_path.read_text())
+            except json.JSONDecodeError:
+                if result.ok:
+                    raise
     finally:
         if out_folder is not None:
             shutil.rmtree(out_folder, ignore_errors=True)

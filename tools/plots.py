@@ -88,3 +88,29 @@ def training_curves(runs: dict):
         ax.legend()
     fig.tight_layout()
     return fig
+
+
+def straggler_timeline(data: dict):
+    """One row per rank, one pair of bars per step: working (start to gradients ready)
+    and waiting (gradients ready to all-reduce done)."""
+    timelines = data["timeline"]
+    n = len(timelines)
+    fig, ax = plt.subplots(figsize=(11, 0.7 * n + 1.4))
+    for rank, steps in enumerate(timelines):
+        y = n - 1 - rank
+        work = [(s["start"], s["ready"] - s["start"]) for s in steps]
+        wait = [(s["ready"], s["end"] - s["ready"]) for s in steps]
+        ax.broken_barh(work, (y - 0.3, 0.6), facecolor="#3366aa", edgecolor="white",
+                       label="working (gradients not ready yet)" if rank == 0 else None)
+        ax.broken_barh(wait, (y - 0.3, 0.6), facecolor="#f0a030", edgecolor="white",
+                       label="waiting in the gradient all-reduce" if rank == 0 else None)
+    slow = data["slow_rank"]
+    ax.set_yticks(range(n), [f"rank {r}" + (" (slow)" if r == slow else "")
+                             for r in reversed(range(n))])
+    ax.set_xlabel("seconds since the common start (a barrier)")
+    ax.set_title(f"{data['steps']} DDP steps; rank {slow} sleeps {data['delay']:g} s "
+                 f"in each step")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig

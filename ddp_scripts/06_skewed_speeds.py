@@ -1,0 +1,304 @@
+"""Lesson 06: skewed processing speeds, made visible and provoked on purpose.
+
+With defaults it runs five experiments one after the other and rank 0 writes what each
+rank saw as JSON:
+
+1. straggler: one rank is slowed by a known delay per step; every rank records, per
+   step, when it started, when its gradients were ready and when the all-reduce ended;
+2. monitored_barrier: one rank arrives late and rank 0 names it;
+3. mismatch: rank 0 runs a collective the others do not, without and with the
+   DETAIL debug level;
+4. uneven inputs without Join: rank 0 has more batches and times out;
+5. uneven inputs with Join, with and without divide_by_initial_world_size.
+
+Experiments 2 to 4 fail on purpose. They run on their own Gloo groups with a short
+timeout (--short-timeout), catch the error and record it, so the script goes on.
+
+With --stall-at STEP, it instead trains until the slow rank stalls at that step for
+longer than the process group's --timeout. The others give up and the whole job fails,
+as it would in real life.
+
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_skewed_speeds.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_skewed_speeds.py \\
+        --stall-at 3 --timeout 3
+"""
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=12, help="straggler steps")
+    parser.add_argument("--delay", type=float, default=0.1,
+                        help="seconds the slow rank sleeps in each step")
+    parser.add_argument("--slow-rank", type=int, default=None,
+                        help="the rank that is slow (default: the last one)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="timeout of the main process group, seconds")
+    parser.add_argument("--short-timeout", type=float, default=1.0,
+                        help="timeout of the groups used for the failures, seconds")
+    parser.add_argument("--batches", type=int, nargs=2, default=[6, 4],
+                        metavar=("RANK0", "OTHERS"),
+                        help="batches of rank 0 and of every other rank (uneven inputs)")
+    parser.add_argument("--stall-at", type=int, default=None,
+                        help="stall the slow rank at this step, past --timeout")
+    parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
+    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
+    return parser.parse_args()
+
+
+def require_torchrun():
+    """Stop with a clear message when started by plain `python`."""
+    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
+                 f"of a distributed job: start it with torchrun, for example\n"
+                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
+
+
+def pick_device(local_rank, choice):
+    """cuda:LOCAL_RANK when GPUs are visible (and allowed), otherwise the CPU."""
+    if choice == "auto" and torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def make_model(device):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    return model.to(device=device, dtype=torch.float64)
+
+
+def batch(step, rank, device):
+    """A batch that depends only on (step, rank): the same in every run."""
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(16, 32, generator=g, dtype=torch.float64)
+    return x.to(device), x.sum(dim=1, keepdim=True).to(device)
+
+
+def wrap(model, device, group=None, **kwargs):
+    return DDP(model, process_group=group,
+               device_ids=[device.index] if device.type == "cuda" else None, **kwargs)
+
+
+def elapsed_since(start):
+    return round(time.perf_counter() - start, 3)
+
+
+# 1. A straggler ---------------------------------------------------------------------
+
+def straggler(rank, slow, args, device):
+    """Per step: start, gradients ready (seen by a communication hook), all-reduce done."""
+    ddp = wrap(make_model(device), device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    ready = []
+
+    def hook(state, bucket):  # DDP calls it when this rank's gradients are all computed
+        ready.append(time.perf_counter())
+        future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+        return future.then(lambda f: f.value()[0].div_(dist.get_world_size()))
+
+    ddp.register_comm_hook(None, hook)
+    dist.barrier()  # a common start line, so that the ranks' clocks can be compared
+    origin = time.perf_counter()
+    timeline = []
+    for step in range(args.steps):
+        start = time.perf_counter()
+        if rank == slow:
+            time.sleep(args.delay)  # a slow data loader, a slower GPU, a busy node...
+        x, y = batch(step, rank, device)
+        optimizer.zero_grad()
+        F.mse_loss(ddp(x), y).backward()  # returns once the all-reduce has finished
+        end = time.perf_counter()
+        optimizer.step()
+        timeline.append({"start": start - origin, "ready": max(ready) - origin,
+                         "end": end - origin})
+        ready.clear()
+    return timeline
+
+
+# 2-3. Diagnosis ---------------------------------------------------------------------
+
+def attempt(action):
+    """Run a collective that is expected to fail; return how it ended and how fast."""
+    start = time.perf_counter()
+    try:
+        action()
+        return {"error": None, "seconds": elapsed_since(start)}
+    except Exception as error:  # the error is the result of the experiment
+        return {"error": f"{type(error).__name__}: {error}", "seconds": elapsed_since(start)}
+
+
+def late_for_monitored_barrier(rank, slow, args):
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.short_timeout))
+    if rank == slow:
+        time.sleep(args.short_timeout)  # twice the barrier's timeout: far too late
+    return attempt(lambda: dist.monitored_barrier(
+        group=group, timeout=timedelta(seconds=args.short_timeout / 2), wait_all_ranks=True))
+
+
+def mismatched_collective(rank, args, detail):
+    """Rank 0 all-reduces a metric (say, for a log line) that the other ranks never
+    reduce: they are already at the next collective, a broadcast."""
+    if detail:  # groups created from now on check every collective across ranks first
+        dist.set_debug_level(dist.DebugLevel.DETAIL)
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.short_timeout))
+    dist.set_debug_level(dist.DebugLevel.OFF)
+    metric = torch.ones(3)
+    if rank == 0:
+        return attempt(lambda: dist.all_reduce(metric, group=group))
+    return attempt(lambda: dist.broadcast(metric, src=0, group=group))
+
+
+# 4-5. Uneven inputs -----------------------------------------------------------------
+
+def uneven_without_join(rank, args):
+    """Rank 0 has more batches than the others. They finish their loop and wait at the
+    end-of-training barrier (on the main group); rank 0's next all-reduce has no partner."""
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.short_timeout))
+    ddp = wrap(make_model(torch.device("cpu")), torch.device("cpu"), group)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    n_batches = args.batches[0] if rank == 0 else args.batches[1]
+    steps_done, outcome = 0, None
+    for step in range(n_batches):
+        x, y = batch(step, rank, torch.device("cpu"))
+        optimizer.zero_grad()
+        outcome = attempt(lambda x=x, y=y: F.mse_loss(ddp(x), y).backward())
+        if outcome["error"]:
+            break
+        optimizer.step()
+        steps_done += 1
+    return {"batches": n_batches, "steps_done": steps_done, **outcome}
+
+
+def same(tensors, others):
+    """Equal up to float64 rounding (DDP may divide by N where we multiply by 1/N)."""
+    return all(torch.allclose(t, o, rtol=1e-12, atol=1e-15) for t, o in zip(tensors, others))
+
+
+def uneven_with_join(rank, world_size, args, device, divide_by_initial_world_size):
+    """The same uneven loop inside Join. On rank 0's extra steps, compare the gradient
+    DDP leaves with the gradient of rank 0's batch alone."""
+    model = make_model(device)
+    ddp = wrap(model, device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    n_batches = args.batches[0] if rank == 0 else args.batches[1]
+    extra_steps = []
+    with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
+        for step in range(n_batches):
+            x, y = batch(step, rank, device)
+            optimizer.zero_grad()
+            F.mse_loss(ddp(x), y).backward()
+            if step >= args.batches[1]:  # the others have joined: only this rank is left
+                alone = make_model(device)
+                alone.load_state_dict(model.state_dict())
+                F.mse_loss(alone(x), y).backward()
+                own = [p.grad for p in alone.parameters()]
+                got = [p.grad for p in model.parameters()]
+                extra_steps.append({
+                    "step": step,
+                    "equals_own_gradient": same(got, own),
+                    "equals_own_gradient_over_world_size": same(
+                        got, [o / world_size for o in own]),
+                })
+            optimizer.step()
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
+    checksum = torch.stack([weights.sum(), weights.square().sum()])
+    everyone = [torch.zeros_like(checksum) for _ in range(world_size)]
+    dist.all_gather(everyone, checksum)  # after the loop: every rank is in step again
+    return {"batches": n_batches, "extra_steps": extra_steps,
+            "same_weights_everywhere": all(torch.equal(c, everyone[0]) for c in everyone)}
+
+
+# --stall-at -------------------------------------------------------------------------
+
+def stall(rank, slow, args, device):
+    """Train until the slow rank stops answering for ten timeouts at --stall-at."""
+    ddp = wrap(make_model(device), device)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for step in range(args.stall_at + 2):
+        if rank == slow and step == args.stall_at:
+            print(f"rank {rank}: stalling at step {step} for {10 * args.timeout:g} s",
+                  flush=True)
+            time.sleep(10 * args.timeout)
+        x, y = batch(step, rank, device)
+        optimizer.zero_grad()
+        started = time.perf_counter()  # the step's own work takes milliseconds
+        try:
+            F.mse_loss(ddp(x), y).backward()
+        except Exception as error:
+            waited = elapsed_since(started)
+            print(f"rank {rank}: step {step}: gave up waiting after {waited:.2f} s "
+                  f"(timeout {args.timeout:g} s)", flush=True)
+            if rank == 0 and args.out:
+                with open(args.out, "w") as f:
+                    json.dump({"step": step, "waited": waited, "timeout": args.timeout,
+                               "slow_rank": slow, "error": f"{type(error).__name__}: "
+                                                           f"{error}"}, f)
+            raise  # the job must fail: torchrun stops the others and reports it
+        optimizer.step()
+    return step
+
+
+def main():
+    args = parse_args()
+    require_torchrun()
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    if world_size < 2:
+        sys.exit("this lesson needs at least 2 processes: --nproc-per-node=2 or more")
+    slow = world_size - 1 if args.slow_rank is None else args.slow_rank
+    if not 0 < slow < world_size:
+        sys.exit(f"--slow-rank must be between 1 and {world_size - 1}: rank 0 reports")
+    device = pick_device(int(os.environ["LOCAL_RANK"]), args.device)
+    dist.init_process_group(backend=dist.get_default_backend_for_device(device),
+                            timeout=timedelta(seconds=args.timeout))
+
+    if args.stall_at is not None:
+        stall(rank, slow, args, device)
+        sys.exit("the stalled rank never stalled: is --stall-at within the run?")
+
+    found = {"world_size": world_size, "slow_rank": slow, "delay": args.delay,
+             "steps": args.steps, "short_timeout": args.short_timeout,
+             "batches": args.batches, "backend": dist.get_backend(), "device": str(device)}
+    mine = {"timeline": straggler(rank, slow, args, device)}
+    dist.barrier()
+    mine["monitored_barrier"] = late_for_monitored_barrier(rank, slow, args)
+    dist.barrier()
+    mine["mismatch"] = mismatched_collective(rank, args, detail=False)
+    dist.barrier()
+    mine["mismatch_detail"] = mismatched_collective(rank, args, detail=True)
+    dist.barrier()
+    mine["uneven"] = uneven_without_join(rank, args)
+    dist.barrier()  # the others wait here while rank 0 waits for its partner
+    mine["join"] = uneven_with_join(rank, world_size, args, device, True)
+    mine["join_no_divide"] = uneven_with_join(rank, world_size, args, device, False)
+    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
+
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, mine)
+    if rank == 0 and args.out:
+        for key in mine:
+            found[key] = [r[key] for r in everyone]
+        with open(args.out, "w") as f:
+            json.dump(found, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
