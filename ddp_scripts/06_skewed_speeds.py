@@ -123,7 +123,9 @@ def straggler(rank, slow, args, device):
             time.sleep(args.delay)  # a slow data loader, a slower GPU, a busy node...
         x, y = batch(step, rank, device)
         optimizer.zero_grad()
-        F.mse_loss(ddp(x), y).backward()  # returns once the all-reduce has finished
+        F.mse_loss(ddp(x), y).backward()  # returns once the all-reduce has finished ...
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # ... on a GPU: once it is queued, so wait here
         end = time.perf_counter()
         optimizer.step()
         timeline.append({"start": start - origin, "ready": max(ready) - origin,
@@ -155,10 +157,11 @@ def late_for_monitored_barrier(rank, slow, args):
 def mismatched_collective(rank, args, detail):
     """Rank 0 all-reduces a metric (say, for a log line) that the other ranks never
     reduce: they are already at the next collective, a broadcast."""
+    level = dist.get_debug_level()
     if detail:  # groups created from now on check every collective across ranks first
         dist.set_debug_level(dist.DebugLevel.DETAIL)
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.short_timeout))
-    dist.set_debug_level(dist.DebugLevel.OFF)
+    dist.set_debug_level(level)  # back to what it was, for the groups created later
     metric = torch.ones(3)
     if rank == 0:
         return attempt(lambda: dist.all_reduce(metric, group=group))

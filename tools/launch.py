@@ -111,9 +111,10 @@ class LaunchResult:
         return "\n\n".join(parts) if parts else self.tail()
 
 
-def torchrun_argv(script: str, args=(), nproc: int = 2) -> list[str]:
+def torchrun_argv(script: str, args=(), nproc: int = 2, max_restarts: int = 0) -> list[str]:
     """The torchrun command line (as a learner types it) for a one-machine run."""
-    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", "--tee", "3",
+    restarts = [f"--max-restarts={max_restarts}"] if max_restarts else []
+    return ["torchrun", "--standalone", f"--nproc-per-node={nproc}", *restarts, "--tee", "3",
             str(script), *map(str, args)]
 
 
@@ -149,18 +150,19 @@ class _Process:
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
            out: bool | str | Path = False, expect_failure: bool = False,
            echo: bool = True, env: dict | None = None,
-           cwd: str | Path = REPO) -> LaunchResult:
+           cwd: str | Path = REPO, max_restarts: int = 0) -> LaunchResult:
     """Run ``script`` (a path relative to the repository root) under torchrun on this
     machine and check how it ended.
 
     ``nproc=None`` runs it with plain ``python`` instead of torchrun (to show what a
-    script does when it is not launched by torchrun).
+    script does when it is not launched by torchrun). ``max_restarts`` is passed to
+    torchrun as ``--max-restarts``: how often it restarts the workers after a failure.
     """
     def build(args):
         if nproc is None:
             shown = ["python", str(script), *args]
             return [_Process(None, shown, [sys.executable, *shown[1:]], {})]
-        shown = torchrun_argv(script, args, nproc)
+        shown = torchrun_argv(script, args, nproc, max_restarts)
         argv = [sys.executable, "-m", "torch.distributed.run", *shown[1:]]
         return [_Process(None, shown, argv, {})]
 
