@@ -170,13 +170,17 @@ def mismatched_collective(rank, args, detail):
 
 # 4-5. Uneven inputs -----------------------------------------------------------------
 
+def batches_of(rank, args):
+    return args.batches[0] if rank == 0 else args.batches[1]
+
+
 def uneven_without_join(rank, args):
     """Rank 0 has more batches than the others. They finish their loop and wait at the
     end-of-training barrier (on the main group); rank 0's next all-reduce has no partner."""
     group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.short_timeout))
     ddp = wrap(make_model(torch.device("cpu")), torch.device("cpu"), group)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    n_batches = args.batches[0] if rank == 0 else args.batches[1]
+    n_batches = batches_of(rank, args)
     steps_done, outcome = 0, None
     for step in range(n_batches):
         x, y = batch(step, rank, torch.device("cpu"))
@@ -200,7 +204,7 @@ def uneven_with_join(rank, world_size, args, device, divide_by_initial_world_siz
     model = make_model(device)
     ddp = wrap(model, device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    n_batches = args.batches[0] if rank == 0 else args.batches[1]
+    n_batches = batches_of(rank, args)
     extra_steps = []
     with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
         for step in range(n_batches):
@@ -255,7 +259,6 @@ def stall(rank, slow, args, device):
                                                            f"{error}"}, f)
             raise  # the job must fail: torchrun stops the others and reports it
         optimizer.step()
-    return step
 
 
 def main():

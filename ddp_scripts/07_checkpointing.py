@@ -95,6 +95,15 @@ def make_dataset(seed):
     return TensorDataset(x, (x[:, :3].sum(dim=1) > 0).long() + (x[:, 3] > 1).long())
 
 
+def make_loader(args):
+    """This rank's sampler and loader. The loader gets a generator of its own:
+    otherwise every iter(loader) draws from the global torch RNG."""
+    data = make_dataset(args.seed)
+    sampler = DistributedSampler(data, seed=args.seed)
+    return sampler, DataLoader(data, batch_size=args.batch, sampler=sampler,
+                               generator=torch.Generator().manual_seed(args.seed))
+
+
 class Run:
     """A DDP training run: model, optimizer, scheduler, sampler, loader, position and
     the random number generators. Each rank seeds its RNGs differently (its dropout
@@ -110,11 +119,7 @@ class Run:
         torch.manual_seed(args.seed + rank)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=0.1, momentum=0.9)
         self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, 4, gamma=0.5)
-        data = make_dataset(args.seed)
-        self.sampler = DistributedSampler(data, seed=args.seed)
-        # Its own generator: otherwise every iter(loader) draws from the global RNG
-        self.loader = DataLoader(data, batch_size=args.batch, sampler=self.sampler,
-                                 generator=torch.Generator().manual_seed(args.seed))
+        self.sampler, self.loader = make_loader(args)
         self.step = 0  # optimizer steps done so far
 
     def train_until(self, last_step, resume_epoch=None, resume_skip=None):
@@ -457,8 +462,7 @@ def main():
 
 
 def experiments(args, rank, device):
-    per_epoch = len(DataLoader(range(SAMPLES // dist.get_world_size()),
-                               batch_size=args.batch))
+    per_epoch = len(make_loader(args)[1])
     steps = args.epochs * per_epoch
     if args.stop_at is None:
         args.stop_at = per_epoch + per_epoch // 2

@@ -227,11 +227,11 @@ def save_atomic(obj, path):
 def newest_checkpoint(folder, device, rank):
     """Rank 0 picks the newest checkpoint that loads and tells the others, so that all
     ranks resume from the same one even if their views of the folder differ."""
-    choice = [None]
+    choice, checkpoint = [None], None
     if rank == 0:
         for path in sorted(Path(folder).glob("step-*.pt"), reverse=True):
             try:
-                torch.load(path, map_location="cpu", weights_only=True)
+                checkpoint = torch.load(path, map_location=device, weights_only=True)
                 choice = [path.name]
                 break
             except Exception as error:
@@ -241,7 +241,9 @@ def newest_checkpoint(folder, device, rank):
     if choice[0] is None:
         return None, None
     path = Path(folder) / choice[0]
-    return path, torch.load(path, map_location=device, weights_only=True)
+    if checkpoint is None:  # the other ranks load the one rank 0 chose
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    return path, checkpoint
 
 
 def die(events, step):
