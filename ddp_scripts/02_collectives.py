@@ -3,7 +3,8 @@
 Every rank starts each operation from a small tensor whose values tell where they came
 from (rank r holds r+1, or 10*r + i), records what it held before and after, and rank 0
 writes all of it as JSON. Then the hand-written ring all-reduce is compared with
-dist.all_reduce, for correctness and for time.
+dist.all_reduce: for correctness, for what each rank sends (its own count, and the bytes
+the Linux kernel saw it write), and for time.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/02_collectives.py
 """
@@ -16,6 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def parse_args():
@@ -24,7 +26,8 @@ def parse_args():
     parser.add_argument("--ring-sizes", type=int, nargs="+", default=[1, 7, 1001],
                         help="tensor sizes for the ring all-reduce check (any size works)")
     parser.add_argument("--timing-numel", type=int, default=1 << 20,
-                        help="float32 elements in the timed all-reduce (default 4 MB)")
+                        help="float32 elements in the counted and timed all-reduce "
+                             "(default 1 Mi, 4 MiB)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each method")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
@@ -52,7 +55,7 @@ def show_collectives(rank, world_size, device):
     n = world_size
     seen = {}
 
-    def record(name, before, after):
+    def keep(name, before, after):
         seen[name] = {"before": before, "after": after}
 
     # send / recv: rank 0 sends to rank 1; the others take no part.
@@ -62,7 +65,18 @@ def show_collectives(rank, world_size, device):
         dist.send(t, dst=1)
     elif rank == 1:
         dist.recv(t, src=0)
-    record("send/recv", before, t.tolist())
+    keep("send/recv", before, t.tolist())
+
+    # The same two values received into a longer tensor (filled with -1): a size mismatch
+    # that Gloo lets through (torch 2.13). Gloo only: other backends were not tried.
+    if dist.get_backend() == "gloo":
+        longer = torch.full((3,), -1.0, device=device)
+        if rank == 0:
+            dist.send(t, dst=1)
+        elif rank == 1:
+            dist.recv(longer, src=0)
+        keep("recv into a longer tensor", t.tolist() if rank == 0 else None,
+             longer.tolist() if rank == 1 else None)
 
     # isend / irecv: a ring, every rank sends to its right and receives from its left.
     # batch_isend_irecv starts both at once (as one group of operations on NCCL), so
@@ -73,49 +87,49 @@ def show_collectives(rank, world_size, device):
                                        dist.P2POp(dist.irecv, from_left, (rank - 1) % n)])
     for request in requests:
         request.wait()
-    record("isend/irecv", mine.tolist(), from_left.tolist())
+    keep("isend/irecv", mine.tolist(), from_left.tolist())
 
     t = torch.tensor([rank + 1.0], device=device)
     before = t.tolist()
     dist.broadcast(t, src=0)  # everyone gets rank 0's tensor
-    record("broadcast", before, t.tolist())
+    keep("broadcast", before, t.tolist())
 
     t = torch.tensor([rank + 1.0], device=device)
     before = t.tolist()
     dist.reduce(t, dst=0, op=dist.ReduceOp.SUM)  # only rank 0's result is defined
-    record("reduce", before, t.tolist() if rank == 0 else None)
+    keep("reduce", before, t.tolist() if rank == 0 else None)
 
     t = torch.tensor([rank + 1.0], device=device)
     before = t.tolist()
     dist.all_reduce(t, op=dist.ReduceOp.SUM)  # everyone gets the sum
-    record("all_reduce", before, t.tolist())
+    keep("all_reduce", before, t.tolist())
 
     t = torch.tensor([rank + 1.0], device=device)
     gathered = [torch.zeros(1, device=device) for _ in range(n)]
     dist.all_gather(gathered, t)  # everyone gets everyone's tensor, in rank order
-    record("all_gather", t.tolist(), [g.item() for g in gathered])
+    keep("all_gather", t.tolist(), [g.item() for g in gathered])
 
     t = torch.tensor([rank + 1.0], device=device)
     gathered = [torch.zeros(1, device=device) for _ in range(n)] if rank == 0 else None
     dist.gather(t, gather_list=gathered, dst=0)  # only rank 0 receives
-    record("gather", t.tolist(), [g.item() for g in gathered] if rank == 0 else None)
+    keep("gather", t.tolist(), [g.item() for g in gathered] if rank == 0 else None)
 
     t = torch.zeros(1, device=device)
     pieces = [torch.tensor([10.0 * i], device=device) for i in range(n)] if rank == 0 else None
     dist.scatter(t, scatter_list=pieces, src=0)  # piece i goes to rank i
-    record("scatter", [p.item() for p in pieces] if rank == 0 else None, t.tolist())
+    keep("scatter", [p.item() for p in pieces] if rank == 0 else None, t.tolist())
 
     t = torch.tensor([10.0 * rank + i for i in range(n)], device=device)
     out = torch.zeros(1, device=device)
     dist.reduce_scatter(out, list(t.chunk(n)))  # element i summed over ranks -> rank i
-    record("reduce_scatter", t.tolist(), out.tolist())
+    keep("reduce_scatter", t.tolist(), out.tolist())
 
     # barrier: rank r arrives r * 0.2 s late; nobody leaves before the last arrives.
     # (time.time() is comparable between processes of one machine, not across nodes.)
     time.sleep(0.2 * rank)
     arrived = time.time()
     dist.barrier()
-    record("barrier", arrived, time.time())
+    keep("barrier", arrived, time.time())
     return seen
 
 
@@ -126,7 +140,7 @@ def ring_all_reduce(t):
     reduce-scatter: in n-1 steps every rank passes a chunk to its right neighbour and
     adds the chunk coming from its left; afterwards rank r holds the full sum of chunk
     (r+1) % n. Phase 2, all-gather: n-1 more steps pass the finished chunks around.
-    Returns the sum and the number of elements this rank sent.
+    Returns the sum and the number of elements this rank handed to isend.
     """
     rank, n = dist.get_rank(), dist.get_world_size()
     chunks = [c.clone() for c in torch.tensor_split(t.flatten(), n)]
@@ -167,26 +181,57 @@ def check_ring(rank, sizes, device):
     return checks
 
 
+def bytes_written():
+    """Bytes this process has written to files and sockets so far, as the Linux kernel
+    counts them (wchar in /proc/self/io, all threads); None where there is no such file."""
+    try:
+        with open("/proc/self/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def count_traffic(numel, device):
+    """One ring all-reduce and one dist.all_reduce of `numel` float32 values: the elements
+    this rank handed to isend, and the bytes the kernel saw this process write during
+    each. Gloo sends everything through TCP sockets, even on one machine, so the kernel
+    sees every byte; NCCL moves GPU data by other paths, so no bytes are counted there."""
+    counted = dist.get_backend() == "gloo" and bytes_written() is not None
+    t = torch.ones(numel, device=device)
+    found = {"elements_sent": None, "ring_bytes": None, "all_reduce_bytes": None}
+    for method in ("ring", "all_reduce"):
+        work = t.clone()
+        dist.barrier()  # the barrier's own messages are written before the count starts
+        start = bytes_written()
+        if method == "ring":
+            work, found["elements_sent"] = ring_all_reduce(work)
+        else:
+            dist.all_reduce(work)
+        if counted:
+            found[f"{method}_bytes"] = bytes_written() - start
+    return found
+
+
 def time_both(numel, repeats, device):
     """Median seconds of the ring and of dist.all_reduce on `numel` float32 values."""
     t = torch.ones(numel, device=device)
     timings = {"ring": [], "all_reduce": []}
-    sent = 0
     for _ in range(repeats + 1):  # the first round warms up and is not counted
         for method in timings:
             work = t.clone()
             dist.barrier()
             start = time.perf_counter()
             if method == "ring":
-                work, sent = ring_all_reduce(work)
+                work, _ = ring_all_reduce(work)
             else:
                 dist.all_reduce(work)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             timings[method].append(time.perf_counter() - start)
-    return {method: sorted(times[1:])[repeats // 2] for method, times in timings.items()}, sent
+    return {method: sorted(times[1:])[repeats // 2] for method, times in timings.items()}
 
 
+@record  # on failure, torchrun's report shows this rank's traceback (lesson 00)
 def main():
     args = parse_args()
     require_torchrun()
@@ -201,24 +246,30 @@ def main():
 
     seen = show_collectives(rank, world_size, device)
     ring = check_ring(rank, args.ring_sizes, device)
-    seconds, sent = time_both(args.timing_numel, args.repeats, device)
+    traffic = count_traffic(args.timing_numel, device)
+    seconds = time_both(args.timing_numel, args.repeats, device)
     everyone = [None] * world_size
-    dist.all_gather_object(everyone, seen)
+    dist.all_gather_object(everyone, {"seen": seen, "traffic": traffic})
 
     if is_rank0:
         print(f"ring all-reduce equals dist.all_reduce: {ring}")
         print(f"{args.timing_numel} floats: ring {seconds['ring'] * 1e3:.1f} ms, "
-              f"all_reduce {seconds['all_reduce'] * 1e3:.1f} ms; "
-              f"each rank sent {sent} of {args.timing_numel} elements")
+              f"all_reduce {seconds['all_reduce'] * 1e3:.1f} ms; elements each rank sent "
+              f"in the ring: {[r['traffic']['elements_sent'] for r in everyone]}")
         if args.out:
-            collectives = {name: {"before": [r[name]["before"] for r in everyone],
-                                  "after": [r[name]["after"] for r in everyone]}
+            collectives = {name: {"before": [r["seen"][name]["before"] for r in everyone],
+                                  "after": [r["seen"][name]["after"] for r in everyone]}
                            for name in seen}
+            bytes_by = "/proc/self/io wchar" if traffic["ring_bytes"] is not None else None
             with open(args.out, "w") as f:
                 json.dump({"world_size": world_size, "backend": dist.get_backend(),
                            "collectives": collectives, "ring_checks": ring,
-                           "timing": {"numel": args.timing_numel, "seconds": seconds,
-                                      "elements_sent_per_rank": sent}}, f, indent=1)
+                           "traffic": {"numel": args.timing_numel,
+                                       "element_size": torch.ones(1).element_size(),
+                                       "bytes_counted_by": bytes_by,
+                                       "ranks": [r["traffic"] for r in everyone]},
+                           "timing": {"numel": args.timing_numel, "repeats": args.repeats,
+                                      "seconds": seconds}}, f, indent=1)
     dist.destroy_process_group()
 
 
