@@ -5,14 +5,16 @@ any other launcher) and joins the process group with each method given, in turn:
 
   env        init_method="env://"           MASTER_ADDR:MASTER_PORT from the environment
   tcp        init_method="tcp://ADDR:PORT"  rank 0 listens on PORT, the others connect
+                                            (under torchrun every rank is a client, so
+                                            nobody listens on PORT: lesson 04)
   file       init_method="file://PATH"      the ranks meet in a file they can all reach
   tcpstore   store=TCPStore(ADDR, PORT)     what tcp:// does, with the store made by hand
   filestore  store=FileStore(PATH)          what file:// does, by hand
 
 After joining, the ranks check the world they formed (an all_reduce of ones gives
-the world size; every rank reports who it is), then leave it. With --keep-going a
-method that fails is recorded and the next one tried. Rank 0 prints a summary and,
-with --out, writes it as JSON.
+the world size; every rank reports who it is, and whether torchrun told it to use
+its agent's store), then leave it. With --keep-going a method that fails is recorded
+and the next one tried. Rank 0 prints a summary and, with --out, writes it as JSON.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/04_init_methods.py --methods env
     RANK=0 WORLD_SIZE=2 python ddp_scripts/04_init_methods.py --methods tcp --port 29511 &
@@ -28,6 +30,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 METHODS = ["env", "tcp", "file", "tcpstore", "filestore"]
 
@@ -42,6 +45,8 @@ def parse_args():
     parser.add_argument("--file", help="rendezvous file for file:// (FileStore adds .store)")
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="seconds to wait for the others before giving up")
+    parser.add_argument("--tcp-timeout", type=float,
+                        help="a timeout for tcp:// alone (default: --timeout)")
     parser.add_argument("--rank0-delay", type=float, default=0.0,
                         help="rank 0 starts this many seconds late")
     parser.add_argument("--crash-after-joining", action="store_true",
@@ -72,7 +77,8 @@ def require_rank_variables():
 
 def join(method, args, rank, world_size, backend):
     """Join the default process group with one init method."""
-    timeout = datetime.timedelta(seconds=args.timeout)
+    seconds = args.tcp_timeout if method == "tcp" and args.tcp_timeout else args.timeout
+    timeout = datetime.timedelta(seconds=seconds)
     if method == "env":
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
     elif method == "tcp":
@@ -106,6 +112,7 @@ def check_world(rank, device):
     dist.all_reduce(ones)
     me = {"rank": rank, "local_rank": os.environ.get("LOCAL_RANK"),
           "node": os.environ.get("GROUP_RANK"), "pid": os.getpid(),
+          "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
           "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"}
     members = [None] * dist.get_world_size()
     dist.all_gather_object(members, me)
@@ -113,6 +120,7 @@ def check_world(rank, device):
             "members": members}
 
 
+@record
 def main():
     args = parse_args()
     require_rank_variables()

@@ -7,10 +7,11 @@ the other ranks and starts the whole group again; the new processes find the new
 checkpoint and go on from there. At the end, the script trains the same run again
 without any interruption and compares the weights.
 
-Every restart reuses the store of torchrun's agent, and on torch 2.13 a plain
-init_process_group can then read the addresses of the dead processes from it. By
-default (--init fixed) the script gives every restart its own key prefix in the store;
---init plain shows the problem (made certain with --slow-rejoin).
+Every restart reuses the store of torchrun's agent, and on torch 2.13 (from 2.6 on,
+lesson 08 says why) a plain init_process_group can then read the addresses of the
+dead processes from it. By default (--init fixed) the script gives every restart its
+own key prefix in the store; --init plain shows the problem (made certain with
+--slow-rejoin).
 
 Checkpoints and a log of events go to --dir, which must outlive the processes (and on
 several nodes be shared); by default a folder named after the job in the temp folder.
@@ -35,6 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -283,6 +285,7 @@ def uninterrupted(args, rank, device):
     return run.weights()
 
 
+@record
 def main():
     args = parse_args()
     require_torchrun()
