@@ -17,6 +17,7 @@ import tempfile
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 
 def parse_args():
@@ -61,6 +62,7 @@ def pick_device(local_rank, local_world_size, choice):
     return torch.device("cuda", local_rank)
 
 
+@record  # an exception that ends main() goes into torchrun's report (lesson 00)
 def main():
     args = parse_args()
     require_torchrun()
@@ -94,11 +96,15 @@ def main():
     as_saved = torch.load(path, weights_only=True)  # lands where it was saved
     mapped = torch.load(path, map_location=device, weights_only=True)  # lands on our device
 
+    compiled = torch.accelerator.current_accelerator()  # what this build was made for
+    usable = torch.accelerator.current_accelerator(check_available=True)  # and can use now
     mine = {
         "rank": rank, "local_rank": local_rank, "device": str(device), "backend": backend,
         "cuda_available": torch.cuda.is_available(),
         "cuda_device_count": torch.cuda.device_count(),
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "accelerator": compiled.type if compiled else None,
+        "accelerator_available": usable.type if usable else None,
         "all_reduce_device": str(value.device),
         "loaded_without_map_location": str(as_saved.device),
         "loaded_with_map_location": str(mapped.device),
