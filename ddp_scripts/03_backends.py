@@ -1,14 +1,18 @@
-"""Lesson 03: what the backend delivers, measured: all_reduce time and bandwidth by size.
+"""Lesson 03: what the backend offers and delivers: every operation and every ReduceOp
+probed, then all_reduce time and bandwidth by size.
 
-For each message size, every rank times a series of all_reduce calls; the slowest
-rank's time counts (a collective ends when its last rank is done). From the time t
-for S bytes on n ranks, as nccl-tests defines them:
+Each rank first tries every operation once, and all_reduce with every ReduceOp on
+float32 and int64 tensors, to record which ones this backend accepts on this device.
+Then, for each message size, every rank times a series of all_reduce calls; the
+slowest rank's time counts (a collective ends when its last rank is done). From the
+time t for S bytes on n ranks, as NVIDIA's nccl-tests define them:
     algorithm bandwidth  algbw = S / t
-    bus bandwidth        busbw = algbw * 2(n-1)/n   (what each link carried, per second)
-Before that, each rank tries every operation once, to record which ones this backend
-supports on this device. Rank 0 also times a plain memory copy of the same size, the
-ceiling on one machine, and compares all-reducing many small tensors one by one
-against one bucket of the same total size. With --out, rank 0 writes it all as JSON.
+    bus bandwidth        busbw = algbw * 2(n-1)/n   (a normalisation for comparing with
+                                                     hardware peak, not a per-link measurement)
+Rank 0 also times a plain memory copy of each size in its own memory, and compares
+all-reducing many small tensors one by one against one bucket of the same total size.
+With --ddp-buckets, the script also notes the gradient buckets DDP makes with and
+without bucket_cap_mb. With --out, rank 0 writes it all as JSON.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/03_backends.py
 """
@@ -21,9 +25,14 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 KIB = 1024
 DEFAULT_SIZES = [KIB * 4 ** k for k in range(9)]  # 1 KiB ... 64 MiB
+REDUCE_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM"]
 
 
 def parse_args():
@@ -36,6 +45,9 @@ def parse_args():
     parser.add_argument("--backend", default="auto",
                         help="auto (from the device), gloo, nccl, mpi, or a per-device "
                              "list such as cpu:gloo,cuda:nccl")
+    parser.add_argument("--ddp-buckets", action="store_true",
+                        help="also note DDP's bucket sizes with bucket_cap_mb None and 25 "
+                             "(takes seconds: a process's first DDP imports torch._dynamo)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
 
@@ -100,6 +112,53 @@ def probe_operations(device):
     return found
 
 
+def probe_reduce_ops(device):
+    """all_reduce of rank + 1 with each ReduceOp, on float32 and on int64 (the bitwise
+    ops need integers): {op: {dtype: {"ok": True, "result": x} or {"ok": False, "error": ...}}}."""
+    rank = dist.get_rank()
+    found = {}
+    for name in REDUCE_OPS:
+        op = getattr(dist.ReduceOp, name)
+        if name == "PREMUL_SUM":  # multiplies by a factor before summing: built with one
+            op = dist._make_nccl_premul_sum(0.5)  # also ReduceOp.PREMUL_SUM(0.5) on 2.13
+        found[name] = {}
+        for dtype in (torch.float32, torch.int64):
+            t = torch.tensor([rank + 1], dtype=dtype, device=device)
+            try:
+                dist.all_reduce(t, op=op)
+                outcome = {"ok": True, "result": t.item()}
+            except (RuntimeError, TypeError, ValueError) as error:  # refused: same on every rank
+                outcome = {"ok": False, "error": str(error).splitlines()[0][:120]}
+            found[name][str(dtype).removeprefix("torch.")] = outcome
+    return found
+
+
+def average_by_sum(device):
+    """The mean of rank + 1 over the ranks, on a backend without ReduceOp.AVG."""
+    t = torch.tensor([dist.get_rank() + 1.0], device=device)
+    t /= dist.get_world_size()  # divide first...
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)  # ...then sum: every backend has SUM
+    return t.item()
+
+
+def ddp_bucket_sizes(bucket_cap_mb, device):
+    """Bytes per gradient bucket, in the order DDP all-reduced them in its second step,
+    for a model of 8 layers of 257 KiB of parameters each (2 MiB in all)."""
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(8)]).to(device)
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
+    sizes = []
+
+    def note_then_all_reduce(process_group, bucket):  # a communication hook (lesson 05)
+        sizes.append(bucket.buffer().numel() * bucket.buffer().element_size())
+        return allreduce_hook(process_group, bucket)  # what DDP does without a hook
+
+    ddp.register_comm_hook(None, note_then_all_reduce)
+    for _ in range(2):  # DDP rebuilds its buckets after the first step (lesson 05)
+        sizes.clear()
+        ddp(torch.randn(4, 256, device=device)).sum().backward()
+    return sizes
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()  # CUDA calls return before the GPU has finished
@@ -159,6 +218,7 @@ def compare_bucketing(count, numel, device):
     return timings
 
 
+@record  # on failure, torchrun's report carries this rank's traceback (lesson 00)
 def main():
     args = parse_args()
     require_torchrun()
@@ -175,6 +235,11 @@ def main():
     dist.init_process_group(backend=backend)
 
     supported = probe_operations(device)
+    reduce_ops = probe_reduce_ops(device)
+    averaged = average_by_sum(device)
+    buckets = None
+    if args.ddp_buckets:
+        buckets = {"None": ddp_bucket_sizes(None, device), "25": ddp_bucket_sizes(25, device)}
     rows = []
     for size in args.sizes:
         numel = size // 4
@@ -198,8 +263,10 @@ def main():
                       "NCCL_SOCKET_IFNAME")}
             with open(args.out, "w") as f:
                 json.dump({"world_size": world_size, "backend": dist.get_backend(),
-                           "device": str(device), "supported": supported, "rows": rows,
-                           "bucketing": bucketing,
+                           "device": str(device), "supported": supported,
+                           "reduce_ops": reduce_ops, "average_by_sum": averaged,
+                           "ddp_buckets": buckets, "rows": rows, "bucketing": bucketing,
+                           "threads": torch.get_num_threads(),  # what the copy could use
                            "environment": knobs}, f, indent=1)
     dist.destroy_process_group()
 

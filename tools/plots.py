@@ -47,7 +47,7 @@ def collectives_grid(data: dict, names: list[str]):
 
 def bandwidth_plot(data: dict):
     """all_reduce time, and algorithm / bus bandwidth, against message size (log axes),
-    with one process's memory-copy bandwidth as the ceiling."""
+    with one process's memory-copy bandwidth for reference."""
     rows = data["rows"]
     sizes = [r["bytes"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -58,8 +58,9 @@ def bandwidth_plot(data: dict):
     right.loglog(sizes, [r["algbw"] / 1e9 for r in rows], "o-", label="algbw = S / t")
     right.loglog(sizes, [r["busbw"] / 1e9 for r in rows], "s--",
                  label="busbw = algbw x 2(n-1)/n")
+    threads = data.get("threads")
     right.loglog(sizes, [r["copy_bandwidth"] / 1e9 for r in rows], ":", color="#999999",
-                 label="memory copy, one process")
+                 label="memory copy, one process" + (f", {threads} thread(s)" if threads else ""))
     right.set_xlabel("message size (bytes)")
     right.set_ylabel("GB/s")
     right.set_title(f"bandwidth, {data['world_size']} ranks, {data['backend']}")
