@@ -1,10 +1,12 @@
 """Lesson 05: what DistributedDataParallel does, checked.
 
-1. At construction DDP copies rank 0's parameters to every rank (each rank starts
-   here from different random weights on purpose).
+1. At construction DDP copies rank 0's parameters and buffers to every rank (each rank
+   starts here from different random weights on purpose), and it copies rank 0's
+   buffers again at the start of every training forward.
 2. In backward DDP all-reduces gradients in buckets, while backward is still running:
    a communication hook records each bucket as it is handed over, and tensor hooks
-   record when each gradient was computed.
+   record when each gradient was computed. Three steps show which buckets DDP uses
+   in the first step and after, by default and with find_unused_parameters=True.
 3. N ranks with B/N samples each take the same steps as one process with all B
    samples (SGD with momentum), and where they do not: BatchNorm, a sum-reduced loss,
    a DistributedSampler that pads.
@@ -24,6 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
@@ -34,11 +37,13 @@ def parse_args():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=5, help="SGD steps per comparison")
-    parser.add_argument("--batch", type=int, default=32, help="global batch per step")
+    parser.add_argument("--batch", type=int, default=48,
+                        help="global batch per step (48 splits evenly over 2, 3 or 4 ranks)")
     parser.add_argument("--lr", type=float, default=0.1)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--bucket-cap-mb", type=float, default=0.004,
-                        help="DDP bucket size (DDP's default is 25; tiny here to get several)")
+                        help="DDP bucket size in MiB (DDP's default, None, means 25; "
+                             "tiny here to get several)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
 
@@ -81,29 +86,46 @@ def wrap(model, device):
 
 
 def check_broadcast(rank, device):
-    """Each rank builds its model from its own seed; DDP makes them all rank 0's."""
-    model = make_model(seed=rank).to(device)
-    before = sum(p.sum().item() for p in model.parameters())
+    """Each rank builds its model from its own seed and sets its BatchNorm's running
+    mean to its rank; DDP makes them all rank 0's. Then two training steps, each rank
+    on its own batch: a forward pre-hook notes the running mean BatchNorm starts from."""
+    model = make_model(seed=rank, batchnorm=True).to(device)
+    norm = model[1]
+    norm.running_mean.fill_(rank)
+    found = {"before": sum(p.sum().item() for p in model.parameters()),
+             "buffer_before": norm.running_mean.sum().item()}
     ddp = wrap(model, device)
-    after = sum(p.sum().item() for p in ddp.module.parameters())
-    return {"before": before, "after": after}
+    found.update(after=sum(p.sum().item() for p in ddp.module.parameters()),
+                 buffer_after=norm.running_mean.sum().item(), buffer_at_forward=[])
+    norm.register_forward_pre_hook(
+        lambda module, args: found["buffer_at_forward"].append(module.running_mean.sum().item()))
+    x = torch.randn(8, FEATURES, generator=torch.Generator().manual_seed(rank)).to(device)
+    for _ in range(2):
+        ddp(x).sum().backward()
+    found["buffer_at_end"] = norm.running_mean.sum().item()  # after this rank's own update
+    return found
 
 
-def record_buckets(device, world_size, bucket_cap_mb):
-    """One training step, watching when each gradient is computed and when each
-    bucket is handed to the all-reduce."""
+def record_buckets(device, world_size, bucket_cap_mb, find_unused_parameters, num_steps=3):
+    """A few training steps, watching when each gradient is computed and when each
+    bucket is handed to the all-reduce and comes back."""
     model = make_model(seed=0).to(device)
-    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb,
+    ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters,
               device_ids=[device.index] if device.type == "cuda" else None)
     names = {id(p): name for name, p in model.named_parameters()}
     events, ready = [], {}
 
     def hook(state, bucket):  # called by DDP once every gradient in the bucket is ready
-        events.append({"bucket": bucket.index(), "at": time.perf_counter(),
-                       "params": [names[id(p)] for p in bucket.parameters()],
-                       "numel": bucket.buffer().numel()})
-        future = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
-        return future.then(lambda f: f.value()[0].div_(world_size))  # the average
+        event = {"bucket": bucket.index(), "at": time.perf_counter(),
+                 "params": [names[id(p)] for p in bucket.parameters()],
+                 "numel": bucket.buffer().numel()}
+        events.append(event)
+
+        def average(future):  # runs when the all-reduce has finished
+            event["done"] = time.perf_counter()
+            return future.value()[0].div_(world_size)
+
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(average)
 
     def gradient_computed(name):
         def note(grad):  # a tensor hook: runs when this parameter's gradient is computed
@@ -114,19 +136,19 @@ def record_buckets(device, world_size, bucket_cap_mb):
     for name, p in model.named_parameters():
         p.register_hook(gradient_computed(name))
     x, y = make_data(32)
-    buckets_per_step = []
-    for _ in range(2):  # DDP builds its real buckets after the first step: watch the second
+    steps = []
+    for _ in range(num_steps):  # DDP may rebuild its buckets after the first step
         events.clear()
         ready.clear()
         loss = F.cross_entropy(ddp(x.to(device)), y.to(device))
         start = time.perf_counter()
         loss.backward()
         end = time.perf_counter()
-        buckets_per_step.append(len(events))
-    return {"first_step_buckets": buckets_per_step[0],
-            "buckets": [{**e, "at": e["at"] - start} for e in events],
+        steps.append({
+            "buckets": [{**e, "at": e["at"] - start, "done": e["done"] - start} for e in events],
             "grad_ready": {name: t - start for name, t in ready.items()},
-            "backward_seconds": end - start}
+            "backward_seconds": end - start})
+    return {"parameters": list(names.values()), "steps": steps}
 
 
 def steps(model, optimizer, blocks, reduction="mean", scale=1.0):
@@ -181,7 +203,8 @@ def try_syncbatchnorm(device):
 def run(rank, world_size, device, args):
     """All experiments; the models are gone when this returns, before the group is."""
     found = {"broadcast": check_broadcast(rank, device),
-             "buckets": record_buckets(device, world_size, args.bucket_cap_mb),
+             "buckets": record_buckets(device, world_size, args.bucket_cap_mb, False),
+             "buckets_find_unused": record_buckets(device, world_size, args.bucket_cap_mb, True),
              "equivalence": {v: compare(v, rank, world_size, device, args) for v in
                              ("plain", "batchnorm", "sum_loss", "sum_loss_scaled", "padded")},
              "syncbatchnorm": try_syncbatchnorm(device)}
@@ -191,6 +214,7 @@ def run(rank, world_size, device, args):
     return found
 
 
+@record
 def main():
     args = parse_args()
     require_torchrun()
@@ -211,8 +235,8 @@ def main():
             print(f"{variant:16} max |DDP - single| = {result['max_abs_diff']:.2e}")
         if args.out:
             with open(args.out, "w") as f:
-                json.dump({"world_size": world_size, "device": str(device), **found}, f,
-                          indent=1)
+                json.dump({"world_size": world_size, "device": str(device),
+                           "steps": args.steps, "batch": args.batch, **found}, f, indent=1)
     dist.destroy_process_group()
 
 

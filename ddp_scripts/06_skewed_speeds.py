@@ -1,7 +1,7 @@
 """Lesson 06: skewed processing speeds, made visible and provoked on purpose.
 
-With defaults it runs five experiments one after the other and rank 0 writes what each
-rank saw as JSON:
+With defaults it runs these experiments one after the other and rank 0 writes what
+each rank saw as JSON:
 
 1. straggler: one rank is slowed by a known delay per step; every rank records, per
    step, when it started, when its gradients were ready and when the all-reduce ended;
@@ -9,10 +9,15 @@ rank saw as JSON:
 3. mismatch: rank 0 runs a collective the others do not, without and with the
    DETAIL debug level;
 4. uneven inputs without Join: rank 0 has more batches and times out;
-5. uneven inputs with Join, with and without divide_by_initial_world_size.
+5. what Join costs: the all-reduces one forward pass starts, without and with Join;
+6. uneven inputs with Join (SGD with momentum), with and without
+   divide_by_initial_world_size: gradients, weights and momentum on every rank;
+7. Join with an all-reduce of our own in the loop: it hangs; then the fix,
+   throw_on_early_termination=True.
 
-Experiments 2 to 4 fail on purpose. They run on their own Gloo groups with a short
-timeout (--short-timeout), catch the error and record it, so the script goes on.
+Experiments 2 to 4 and the first half of 7 fail on purpose. They run on their own Gloo
+groups with a short timeout (--short-timeout), catch the error and record it, so the
+script goes on.
 
 With --stall-at STEP, it instead trains until the slow rank stalls at that step for
 longer than the process group's --timeout. The others give up and the whole job fails,
@@ -24,7 +29,9 @@ as it would in real life.
 """
 
 import argparse
+import contextlib
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -36,6 +43,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.algorithms.join import Join
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -78,10 +86,12 @@ def pick_device(local_rank, choice):
     return torch.device("cpu")
 
 
-def make_model(device):
+def make_model(device, buffers=False):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
-    return model.to(device=device, dtype=torch.float64)
+    layers = [nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)]
+    if buffers:  # BatchNorm's running statistics are buffers: DDP keeps them in sync
+        layers.insert(1, nn.BatchNorm1d(64))
+    return nn.Sequential(*layers).to(device=device, dtype=torch.float64)
 
 
 def batch(step, rank, device):
@@ -168,7 +178,7 @@ def mismatched_collective(rank, args, detail):
     return attempt(lambda: dist.broadcast(metric, src=0, group=group))
 
 
-# 4-5. Uneven inputs -----------------------------------------------------------------
+# 4-7. Uneven inputs -----------------------------------------------------------------
 
 def batches_of(rank, args):
     return args.batches[0] if rank == 0 else args.batches[1]
@@ -198,14 +208,68 @@ def same(tensors, others):
     return all(torch.allclose(t, o, rtol=1e-12, atol=1e-15) for t, o in zip(tensors, others))
 
 
+class CountedAllReduces:
+    """Counts the calls to dist.all_reduce while it is active. DDP's and Join's Python
+    code calls it through torch.distributed (DDP's gradient all-reduces start in C++
+    and are not counted: the forward pass has none)."""
+
+    def __enter__(self):
+        self.calls, self.real = 0, dist.all_reduce
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return self.real(*args, **kwargs)
+
+        dist.all_reduce = counted
+        return self
+
+    def __exit__(self, *exc):
+        dist.all_reduce = self.real
+
+
+def all_reduces_per_forward(rank, device):
+    """All-reduces started by each of three forward passes, every rank with the same
+    number of batches, and by one forward pass after the loop (outside any Join)."""
+    counts = {}
+    for label, buffers, join in [("plain", False, None), ("join", False, {}),
+                                 ("join_buffers", True, {}),
+                                 ("join_throw", False, {"throw_on_early_termination": True})]:
+        ddp = wrap(make_model(device, buffers), device)
+        per_forward = []
+        with Join([ddp], **join) if join is not None else contextlib.nullcontext():
+            for step in range(3):
+                x, y = batch(step, rank, device)
+                with CountedAllReduces() as counter:
+                    output = ddp(x)
+                per_forward.append(counter.calls)
+                F.mse_loss(output, y).backward()
+        with CountedAllReduces() as counter:  # one more forward pass, after the block
+            output = ddp(x)
+        F.mse_loss(output, y).backward()
+        counts[label] = {"per_forward": per_forward, "after_the_block": counter.calls}
+    return counts
+
+
+def fingerprint(tensors):
+    """A short hash of the tensors' bytes: equal fingerprints, equal tensors."""
+    flat = torch.cat([t.detach().flatten().cpu() for t in tensors])
+    return hashlib.sha1(bytes(flat.view(torch.uint8).tolist())).hexdigest()[:10]
+
+
+def momentum_of(optimizer):
+    return [optimizer.state[p]["momentum_buffer"] for group in optimizer.param_groups
+            for p in group["params"]]
+
+
 def uneven_with_join(rank, world_size, args, device, divide_by_initial_world_size):
-    """The same uneven loop inside Join. On rank 0's extra steps, compare the gradient
-    DDP leaves with the gradient of rank 0's batch alone."""
+    """The same uneven loop inside Join, with momentum. On rank 0's extra steps, compare
+    the gradient DDP leaves with the gradient of rank 0's batch alone. Then take one more
+    step on every rank."""
     model = make_model(device)
     ddp = wrap(model, device)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     n_batches = batches_of(rank, args)
-    extra_steps = []
+    extra_steps, optimizer_steps = [], 0
     with Join([ddp], divide_by_initial_world_size=divide_by_initial_world_size):
         for step in range(n_batches):
             x, y = batch(step, rank, device)
@@ -224,12 +288,57 @@ def uneven_with_join(rank, world_size, args, device, divide_by_initial_world_siz
                         got, [o / world_size for o in own]),
                 })
             optimizer.step()
-    weights = torch.cat([p.detach().flatten() for p in model.parameters()])
-    checksum = torch.stack([weights.sum(), weights.square().sum()])
-    everyone = [torch.zeros_like(checksum) for _ in range(world_size)]
-    dist.all_gather(everyone, checksum)  # after the loop: every rank is in step again
-    return {"batches": n_batches, "extra_steps": extra_steps,
-            "same_weights_everywhere": all(torch.equal(c, everyone[0]) for c in everyone)}
+            optimizer_steps += 1
+        weights_own = fingerprint(model.parameters())  # before Join's exit runs
+    found = {"batches": n_batches, "extra_steps": extra_steps,
+             "optimizer_steps": optimizer_steps, "weights_own": weights_own,
+             "weights_after": fingerprint(model.parameters()),
+             "momentum_after": fingerprint(momentum_of(optimizer))}
+    x, y = batch(100, rank, device)  # one more step, every rank: the next epoch begins
+    optimizer.zero_grad()
+    F.mse_loss(ddp(x), y).backward()
+    optimizer.step()
+    found["weights_next_step"] = fingerprint(model.parameters())
+    return found
+
+
+def join_with_a_metric(rank, args, device, throw):
+    """The uneven loop inside Join, plus an all-reduce of our own in every step (the
+    loss summed over the ranks, for a log line). Join knows nothing of it."""
+    if throw:  # the fix, where a real script has it: the metric on DDP's (default) group
+        ddp_group = metric_group = None
+    else:  # short timeouts, and the metric on a group of its own, to catch the failure
+        short = timedelta(seconds=args.short_timeout)
+        ddp_group = dist.new_group(backend="gloo", timeout=short)
+        metric_group = dist.new_group(backend="gloo", timeout=short)
+        device = torch.device("cpu")
+    model = make_model(device)
+    ddp = wrap(model, device, ddp_group)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    n_batches = batches_of(rank, args)
+    steps, error = 0, None
+    where, since = "start", time.perf_counter()
+    try:
+        with Join([ddp], throw_on_early_termination=throw):
+            for step in range(n_batches):
+                where, since = "training", time.perf_counter()
+                x, y = batch(step, rank, device)
+                optimizer.zero_grad()
+                loss = F.mse_loss(ddp(x), y)
+                loss.backward()
+                optimizer.step()
+                where, since = "metric", time.perf_counter()
+                dist.all_reduce(loss.detach(), group=metric_group)
+                steps += 1
+            where, since = "joined", time.perf_counter()  # Join's exit runs next
+    except RuntimeError as failure:  # the error is the result of the experiment
+        error = f"{type(failure).__name__}: {failure}"
+    found = {"batches": n_batches, "steps": steps, "where": where, "error": error,
+             "seconds": elapsed_since(since)}
+    if throw:
+        found["weights"] = fingerprint(model.parameters())
+        found["momentum"] = fingerprint(momentum_of(optimizer))
+    return found
 
 
 # --stall-at -------------------------------------------------------------------------
@@ -261,6 +370,7 @@ def stall(rank, slow, args, device):
         optimizer.step()
 
 
+@record  # an exception that ends main() goes into torchrun's report (lesson 00)
 def main():
     args = parse_args()
     require_torchrun()
@@ -292,8 +402,12 @@ def main():
     dist.barrier()
     mine["uneven"] = uneven_without_join(rank, args)
     dist.barrier()  # the others wait here while rank 0 waits for its partner
+    mine["join_costs"] = all_reduces_per_forward(rank, device)
     mine["join"] = uneven_with_join(rank, world_size, args, device, True)
     mine["join_no_divide"] = uneven_with_join(rank, world_size, args, device, False)
+    mine["join_metric"] = join_with_a_metric(rank, args, device, throw=False)
+    dist.barrier()
+    mine["join_metric_throw"] = join_with_a_metric(rank, args, device, throw=True)
     gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
 
     everyone = [None] * world_size

@@ -3,12 +3,16 @@
 With defaults it runs these experiments and rank 0 writes what it found as JSON:
 
 1. the `module.` prefix: what a DDP state_dict looks like and how to load it;
-2. resume equals uninterrupted: train --epochs epochs in one go; then train --stop-at
-   steps, save a checkpoint, throw everything away, load it and finish; compare;
-3. what breaks resuming: no optimizer state, no RNG states, the wrong step, the wrong
-   epoch (each compared with the uninterrupted run);
+2. resume equals uninterrupted: train --epochs epochs in one go, saving a checkpoint
+   after --stop-at steps on the way; then, in a fresh state, load it and finish;
+   compare;
+3. what breaks resuming: no optimizer state (and its two halves: the momentum
+   buffers, the learning rate), no scheduler state, no RNG states, the wrong step,
+   the wrong epoch (each compared with the uninterrupted run);
+3b. DataLoader workers (--workers) with random augmentation: a resume that is not
+   exact, and one that is (each epoch's worker seeds follow from seed, rank, epoch);
 4. atomic writes: a checkpoint truncated on purpose is detected and the previous
-   good one is used;
+   good one is used; what torch.load says for files cut at different places;
 5. safe loading: weights_only=True refuses a file that runs code when unpickled;
 6. a sharded checkpoint with torch.distributed.checkpoint (DCP), saved from every
    rank. With --dcp-load DIR, the script instead loads such a checkpoint into
@@ -38,10 +42,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 SAMPLES = 64  # 4 steps per epoch on 2 ranks with a batch of 8 per rank
 
@@ -51,10 +56,13 @@ def parse_args():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3, help="length of the whole run")
     parser.add_argument("--stop-at", type=int, default=None,
-                        help="the interrupted run saves and stops after this many steps "
-                             "(default: in the middle of the second epoch)")
+                        help="the checkpoint to resume from is saved after this many "
+                             "steps (default: in the middle of the second epoch)")
     parser.add_argument("--batch", type=int, default=8, help="batch per rank")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="DataLoader worker processes per rank in experiment 3b "
+                             "(each costs a process start per epoch; 0 skips 3b)")
     parser.add_argument("--one-tensor", action="store_true",
                         help="train a model whose parameters are a single tensor")
     parser.add_argument("--dir", help="checkpoint folder shared by all ranks")
@@ -95,37 +103,80 @@ def make_dataset(seed):
     return TensorDataset(x, (x[:, :3].sum(dim=1) > 0).long() + (x[:, 3] > 1).long())
 
 
-def make_loader(args):
+class Augmented(Dataset):
+    """The samples with random noise added as they are loaded (experiment 3b), drawn
+    from torch's global generator of the process that loads them: each worker
+    process (seeded with base_seed + worker id), or the rank itself without workers."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        x, y = self.data[index]
+        return x + 0.1 * torch.randn(x.shape), y
+
+
+def collate_with_seed(samples):
+    """The batch, and the base seed of the worker that made it (None without workers):
+    worker i of an epoch is seeded with base_seed + i."""
+    info = torch.utils.data.get_worker_info()  # None in the main process
+    base_seed = None if info is None else info.seed - info.id
+    return (*torch.utils.data.default_collate(samples), base_seed)
+
+
+def make_loader(args, augment=False, workers=0, persistent=False):
     """This rank's sampler and loader. The loader gets a generator of its own:
     otherwise every iter(loader) draws from the global torch RNG."""
     data = make_dataset(args.seed)
+    if augment:
+        data = Augmented(data)
     sampler = DistributedSampler(data, seed=args.seed)
     return sampler, DataLoader(data, batch_size=args.batch, sampler=sampler,
+                               num_workers=workers, persistent_workers=persistent,
+                               collate_fn=collate_with_seed,
                                generator=torch.Generator().manual_seed(args.seed))
+
+
+def epoch_seed(seed, rank, epoch):
+    """A seed for this rank's loader in this epoch: the workers' seeds then follow
+    from (seed, rank, epoch), however the run got to this epoch."""
+    return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1, np.uint64)[0])
 
 
 class Run:
     """A DDP training run: model, optimizer, scheduler, sampler, loader, position and
     the random number generators. Each rank seeds its RNGs differently (its dropout
-    masks and augmentation differ), so each rank's RNG states must be saved."""
+    masks and augmentation differ), so each rank's RNG states must be saved.
+    With seed_loader_per_epoch, the loader's generator is reseeded at the start of
+    every epoch from (seed, rank, epoch), as set_epoch does for the sampler."""
 
-    def __init__(self, args, rank, device):
+    def __init__(self, args, rank, device, augment=False, workers=0,
+                 seed_loader_per_epoch=True):
         self.args, self.rank, self.device = args, rank, device
+        self.seed_loader_per_epoch = seed_loader_per_epoch
         torch.manual_seed(args.seed)  # the same initial weights everywhere ...
         self.ddp = DDP(make_model(args.one_tensor).to(device),
                        device_ids=[device.index] if device.type == "cuda" else None)
         random.seed(args.seed + rank)  # ... but each rank its own random stream
         np.random.seed(args.seed + rank)
         torch.manual_seed(args.seed + rank)
+        self.sampler, self.loader = make_loader(args, augment, workers)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=0.1, momentum=0.9)
-        self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, 4, gamma=0.5)
-        self.sampler, self.loader = make_loader(args)
+        self.scheduler = torch.optim.lr_scheduler.StepLR(  # halve the lr every epoch
+            self.optimizer, step_size=len(self.loader), gamma=0.5)
         self.step = 0  # optimizer steps done so far
+        self.lrs = []  # the learning rate of each step this object took
+        self.loader_seeds = {}  # epoch -> the base seed of its workers
 
-    def train_until(self, last_step, resume_epoch=None, resume_skip=None):
-        """Train until `last_step` optimizer steps are done. Where in the data to go on
-        follows from self.step; resume_epoch and resume_skip override it for the first
-        epoch (to show what goes wrong when they are not what they should be)."""
+    def train_until(self, last_step, resume_epoch=None, resume_skip=None, save_at=(),
+                    folder=None):
+        """Train until `last_step` optimizer steps are done, saving a checkpoint into
+        `folder` after each step in `save_at`. Where in the data to go on follows from
+        self.step; resume_epoch and resume_skip override it for the first epoch (to
+        show what goes wrong when they are not what they should be)."""
         per_epoch = len(self.loader)
         first = True
         while self.step < last_step:
@@ -135,14 +186,21 @@ class Run:
                 skip = skip if resume_skip is None else resume_skip
                 first = False
             self.sampler.set_epoch(epoch)  # the shuffle order of this epoch
-            for x, y in itertools.islice(self.loader, skip, None):
+            if self.seed_loader_per_epoch:  # the seeds of this epoch's workers
+                self.loader.generator.manual_seed(epoch_seed(self.args.seed, self.rank, epoch))
+            # islice fetches the skipped batches (workers draw for them) and drops them
+            for x, y, loader_seed in itertools.islice(self.loader, skip, None):
+                self.loader_seeds[epoch] = loader_seed
                 self.train_step(x, y)
+                if self.step in save_at:
+                    save_checkpoint(self, folder)
                 if self.step == last_step:
                     break
 
     def train_step(self, x, y):
         x = x + 0.05 * torch.from_numpy(np.random.randn(*x.shape)).float()  # numpy's RNG
         x = x * random.uniform(0.9, 1.1)  # python's RNG
+        self.lrs.append(self.optimizer.param_groups[0]["lr"])  # what this step uses
         self.optimizer.zero_grad()
         loss = F.cross_entropy(self.ddp(x.to(self.device)), y.to(self.device))
         loss.backward()  # the dropout in the forward pass used torch's RNG
@@ -287,20 +345,31 @@ def scramble_rngs():
     torch.manual_seed(12345)
 
 
-def resume_experiments(args, rank, device, folder, steps):
-    reference = Run(args, rank, device)
-    reference.train_until(steps)
-    expected = reference.weights()
-    del reference
+def forget_momentum(checkpoint):
+    """The optimizer's state without its momentum buffers; each group's lr is kept."""
+    checkpoint["optimizer"]["state"] = {}
 
-    first = Run(args, rank, device)
-    first.train_until(args.stop_at)
-    path = save_checkpoint(first, folder)
-    del first  # "the job stopped": nothing survives but the file
-    results = {"checkpoint": path.name}
+
+def forget_lr(checkpoint):
+    """The momentum buffers kept, but each group's lr back to the initial one (what a
+    freshly built optimizer has: StepLR stored it in the group as initial_lr)."""
+    for group in checkpoint["optimizer"]["param_groups"]:
+        group["lr"] = group["initial_lr"]
+
+
+def resume_experiments(args, rank, device, folder, steps):
+    reference = Run(args, rank, device)  # the uninterrupted run, which saves on its way
+    reference.train_until(steps, save_at=(args.stop_at,), folder=folder)
+    expected, expected_lrs = reference.weights(), reference.lrs[args.stop_at:]
+    del reference
+    path = Path(folder) / f"step-{args.stop_at:06d}.pt"
+    results = {"checkpoint": path.name, "lrs": {"uninterrupted": expected_lrs}}
     variants = {  # what to restore, and where to go on
         "full": {},
         "no_optimizer_state": {"parts": ("model", "scheduler", "step", "rng")},
+        "no_momentum": {"edit": forget_momentum},  # only the momentum buffers lost
+        "no_lr": {"edit": forget_lr},  # only the learning rate lost
+        "no_scheduler_state": {"parts": ("model", "optimizer", "step", "rng")},
         "no_rng_state": {"parts": ("model", "optimizer", "scheduler", "step")},
         "wrong_step": {"resume_skip": 0},  # restarts the epoch: repeats its batches
         "wrong_epoch": {"resume_epoch": 0},  # epoch 0's shuffle order again
@@ -309,39 +378,92 @@ def resume_experiments(args, rank, device, folder, steps):
         scramble_rngs()
         run = Run(args, rank, device)
         checkpoint = load(path, device)  # every rank reads it, onto its own device
+        if "edit" in how:
+            how["edit"](checkpoint)
         restore(run, checkpoint, how.get("parts", RESTORE_ALL))
         run.train_until(steps, resume_epoch=how.get("resume_epoch"),
                         resume_skip=how.get("resume_skip"))
         got = run.weights()
         results[name] = {"equal": torch.equal(got, expected),
                          "max_abs_diff": (got - expected).abs().max().item()}
+        results["lrs"][name] = run.lrs
         del run
     results["loaded_onto"] = str(next(iter(checkpoint["model"].values())).device)
     return results, expected
+
+
+def loader_draws(args):
+    """Does starting to iterate over a DataLoader (no workers) move torch's global
+    generator? Without a generator of its own, and with one."""
+    data = make_dataset(args.seed)
+    found = {}
+    for name, generator in (("without_generator", None),
+                            ("with_generator", torch.Generator().manual_seed(0))):
+        before = torch.get_rng_state()
+        iter(DataLoader(data, batch_size=args.batch, generator=generator))
+        found[name] = not torch.equal(before, torch.get_rng_state())
+    return found
+
+
+def workers_experiment(args, rank, device, folder, steps):
+    """Augmentation while loading, in --workers DataLoader workers. The same resume as
+    in experiment 3 (everything restored), with the loader's generator seeded once when
+    the loader is made, then reseeded every epoch from (seed, rank, epoch); and the
+    same augmentation without workers, in the rank itself."""
+    found = {"workers": args.workers}
+    cases = {"seeded_once": (args.workers, False), "seeded_per_epoch": (args.workers, True),
+             "in_the_rank": (0, True)}
+    for case, (workers, per_epoch) in cases.items():
+        where = Path(folder) / f"augmented-{case}"
+        if rank == 0:
+            where.mkdir()
+        dist.barrier()
+        reference = Run(args, rank, device, True, workers, per_epoch)
+        reference.train_until(steps, save_at=(args.stop_at,), folder=where)
+        expected = reference.weights()
+        scramble_rngs()
+        resumed = Run(args, rank, device, True, workers, per_epoch)
+        restore(resumed, load(where / f"step-{args.stop_at:06d}.pt", device))
+        resumed.train_until(steps)
+        seeds = [None] * dist.get_world_size()  # every rank's seeds in each epoch
+        dist.all_gather_object(seeds, reference.loader_seeds)
+        found[case] = {"equal": torch.equal(resumed.weights(), expected),
+                         "max_abs_diff": (resumed.weights() - expected).abs().max().item(),
+                         "seeds_uninterrupted": reference.loader_seeds,
+                         "seeds_resumed": resumed.loader_seeds,
+                         "seeds_every_rank": seeds}
+        del reference, resumed
+    # persistent workers live as long as the loader: seeded once, at its first iter()
+    _, loader = make_loader(args, augment=True, workers=1, persistent=True)
+    seeds = []
+    for epoch in range(3):
+        loader.generator.manual_seed(epoch_seed(args.seed, rank, epoch))
+        seeds.append(next(iter(loader))[2])
+    found["persistent_seeds"] = seeds
+    del loader
+    return found
 
 
 def truncated_checkpoint(args, rank, device, folder, steps, expected):
     """Checkpoints after 1/3 and 2/3 of the run, then a crash while writing the last
     one: with a plain write it leaves a truncated file; with save_atomic, a .tmp file.
     Either way, the newest good checkpoint is found, and resuming from it still ends
-    exactly where the uninterrupted run ended."""
-    found = {}
+    exactly where the uninterrupted run ended. Rank 0 also returns truncation_errors."""
+    found, cuts = {}, None
     for writer in ("plain", "atomic"):
         where = Path(folder) / writer
         if rank == 0:
             where.mkdir()
         dist.barrier()
         run = Run(args, rank, device)
-        for stop in (steps // 3, 2 * steps // 3):
-            run.train_until(stop)
-            save_checkpoint(run, where)
-        run.train_until(steps)
+        run.train_until(steps, save_at=(steps // 3, 2 * steps // 3), folder=where)
         checkpoint = capture(run)
         if rank == 0:  # the crash: only the first half of the bytes reaches the disk
-            buffer = io.BytesIO()
-            torch.save(checkpoint, buffer)
+            whole = serialized(checkpoint)
             name = f"step-{run.step:06d}.pt" + (".tmp" if writer == "atomic" else "")
-            (where / name).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+            (where / name).write_bytes(whole[: len(whole) // 2])
+            if writer == "plain":
+                cuts = truncation_errors(whole, Path(folder) / "cuts")
         dist.barrier()
         del run, checkpoint
         damaged = []
@@ -355,6 +477,34 @@ def truncated_checkpoint(args, rank, device, folder, steps, expected):
                          "equal": torch.equal(resumed.weights(), expected),
                          "max_abs_diff": (resumed.weights() - expected).abs().max().item()}
         del resumed
+    return found, cuts
+
+
+def serialized(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def truncation_errors(whole, folder):
+    """What torch.load says about a checkpoint cut short at different places (as a
+    crash while writing leaves it), and about a 1 MB one cut in half."""
+    folder.mkdir()
+    big = serialized({"weights": torch.zeros(256 * 1024)})  # 1 MB of float32
+    cuts = {"empty": whole[:0], "first 2 bytes": whole[:2], "first 100 bytes": whole[:100],
+            "half": whole[: len(whole) // 2], "all but the last 10 bytes": whole[:-10],
+            "1 MB file, half": big[: len(big) // 2]}
+    found = []
+    for name, data in cuts.items():
+        path = folder / "cut.pt"
+        path.write_bytes(data)
+        try:
+            load(path, torch.device("cpu"))
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        found.append({"cut": name, "bytes": len(data), "of": len(whole if "MB" not in name
+                                                                  else big), "error": error})
     return found
 
 
@@ -444,6 +594,7 @@ def dcp_load(folder, rank, device):
             "model_equal": all(torch.equal(model[k], reference[k]) for k in reference)}
 
 
+@record
 def main():
     args = parse_args()
     require_torchrun()
@@ -478,9 +629,12 @@ def experiments(args, rank, device):
     dist.barrier()
     found = {"world_size": dist.get_world_size(), "steps": steps, "stop_at": args.stop_at,
              "steps_per_epoch": per_epoch, "device": str(device),
-             "prefix": module_prefix(device)}
+             "prefix": module_prefix(device), "loader_draws": loader_draws(args)}
     found["resume"], expected = resume_experiments(args, rank, device, folder, steps)
-    found["truncated"] = truncated_checkpoint(args, rank, device, folder, steps, expected)
+    if args.workers > 0:
+        found["workers"] = workers_experiment(args, rank, device, folder, steps)
+    found["truncated"], found["cuts"] = truncated_checkpoint(args, rank, device, folder, steps,
+                                                             expected)
     if rank == 0:
         found["safe_loading"] = safe_loading(folder)
     found["dcp"] = dcp_save(args, rank, device, folder)

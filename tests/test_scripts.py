@@ -53,12 +53,19 @@ def test_devices_refuses_nccl_for_cpu_tensors_before_starting():
 
 def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
     data = launch("ddp_scripts/02_collectives.py", "--ring-sizes", "2", "5", "100",
-                  "--timing-numel", "3000", "--repeats", "1", nproc=3, out=True,
+                  "--timing-numel", "3001", "--repeats", "1", nproc=3, out=True,
                   timeout=120, echo=False).data
     assert [c["size"] for c in data["ring_checks"]] == [2, 5, 100]
     assert all(c["equal"] for c in data["ring_checks"])
-    assert data["timing"]["elements_sent_per_rank"] == 2 * 2 * 3000 // 3
+    # 3001 = 1001 + 1000 + 1000; rank r skips chunk (r+1) % 3 in phase 1 and (r+2) % 3 in
+    # phase 2, so rank 0 skips two short chunks and sends one element more than the others
+    traffic = data["traffic"]
+    assert [r["elements_sent"] for r in traffic["ranks"]] == [4002, 4001, 4001]
+    if traffic["bytes_counted_by"]:  # the kernel's count: 4 bytes an element, equal headers
+        assert len({r["ring_bytes"] - 4 * r["elements_sent"] for r in traffic["ranks"]}) == 1
     ops = data["collectives"]
+    if data["backend"] == "gloo":  # a longer receive buffer: no error, the tail untouched
+        assert ops["recv into a longer tensor"]["after"][1] == [0.0, 1.0, -1.0]
     assert ops["all_reduce"]["after"] == [[6.0]] * 3
     assert ops["isend/irecv"]["after"] == [[3.0], [1.0], [2.0]]
     assert ops["reduce_scatter"]["after"] == [[30.0], [33.0], [36.0]]
@@ -74,6 +81,12 @@ def test_backends_measures_every_size_and_probes_every_operation():
         assert abs(r["busbw"] - r["algbw"]) < 1e-9 * r["algbw"]  # 2 ranks: factor 1
     assert len(data["supported"]) == 10
     assert set(data["bucketing"]) == {"one call per tensor", "one bucket"}
+    ops = data["reduce_ops"]
+    assert set(ops) == set(torch.distributed.ReduceOp.RedOpType.__members__)
+    assert ops["SUM"]["float32"] == {"ok": True, "result": 3.0}  # ranks hold 1 and 2
+    assert ops["MAX"]["int64"] == {"ok": True, "result": 2}
+    assert data["average_by_sum"] == 1.5
+    assert data["ddp_buckets"] is None  # only with --ddp-buckets (tests/test_lesson_03.py)
 
 
 def test_backends_refuses_a_backend_this_build_lacks():
@@ -119,6 +132,11 @@ def test_ddp_equivalence_on_three_ranks():
     assert eq["plain"]["max_abs_diff"] < 1e-6 and eq["plain"]["samples_per_rank"] == 10
     assert eq["sum_loss"]["max_abs_diff"] > 1e-4
     assert len({b["after"] for b in data["broadcast"]}) == 1
+    assert len({tuple(b["buffer_at_forward"]) for b in data["broadcast"]}) == 1
+    default, unused = ([[b["params"] for b in s["buckets"]] for s in data[key]["steps"]]
+                       for key in ("buckets", "buckets_find_unused"))
+    assert len(default[0]) == 1 and len(default[1]) >= 2 and default[2] == default[1]
+    assert len(unused[0]) >= 2 and unused[0] == unused[1] == unused[2]
 
 
 def test_ddp_refuses_a_batch_that_does_not_split():
@@ -133,8 +151,9 @@ def test_ddp_training_reduces_metrics_exactly():
     assert len(data["history"]) == 2
     for h in data["history"]:
         assert h["reduced"] == h["single"] and h["reduced_count"] == data["test_size"]
-        assert h["naive_count"] == data["test_size"] + 1  # 361 padded to 362
-    assert sorted(i for f in data["sampler"] for i in f["shard"]) == list(range(1436))
+        assert h["naive_count"] == data["test_size"] + 1  # 357 padded to 358
+    assert data["train_size"] == 1440 and data["test_size"] == 357
+    assert sorted(i for f in data["sampler"] for i in f["shard"]) == list(range(1440))
 
 
 def test_skewed_speeds_on_three_ranks_with_a_middle_straggler():
@@ -151,7 +170,21 @@ def test_skewed_speeds_on_three_ranks_with_a_middle_straggler():
         extra = data[key][0]["extra_steps"]
         assert [s["step"] for s in extra] == [3, 4]
         assert all(s["equals_own_gradient_over_world_size"] == divided for s in extra)
-        assert all(o["same_weights_everywhere"] for o in data[key])
+        first, *others = data[key]  # weights broadcast at Join's exit, momentum left apart
+        assert [o["optimizer_steps"] for o in data[key]] == [5, 3, 3]
+        assert all(o["weights_after"] == first["weights_after"] != o["weights_own"]
+                   for o in others)
+        assert all(o["momentum_after"] != first["momentum_after"] for o in others)
+    for counts in data["join_costs"]:
+        assert [counts[k]["per_forward"][0] for k in counts] == [0, 2, 3, 3]
+    hung = data["join_metric"]
+    assert hung[0]["where"] == "metric" and "Timed out" in hung[0]["error"]
+    assert [o["where"] for o in hung[1:]] == ["joined", "joined"]
+    thrown = data["join_metric_throw"]
+    assert [o["steps"] for o in thrown] == [3, 3, 3]
+    assert [o["error"] for o in thrown[1:]] == [f"RuntimeError: Rank {r} exhausted all inputs."
+                                                for r in (1, 2)]
+    assert len({(o["weights"], o["momentum"]) for o in thrown}) == 1
 
 
 def test_skewed_speeds_stall_fails_the_job_after_the_timeout():
@@ -160,7 +193,8 @@ def test_skewed_speeds_stall_fails_the_job_after_the_timeout():
                     expect_failure=True)
     assert result.data["step"] == 1 and 2 <= result.data["waited"] < 4
     assert "rank 1: stalling at step 1" in result.output
-    assert "Root Cause (first observed failure)" in result.output
+    root_cause = result.output.split("Root Cause (first observed failure)")[1]
+    assert "traceback : Traceback (most recent call last)" in root_cause  # @record on main
 
 
 def test_skewed_speeds_refuses_rank_0_as_the_slow_rank():
@@ -182,16 +216,28 @@ def test_detail_debug_level_crashes_ddp_construction_on_this_torch():
 
 
 def test_checkpointing_on_four_ranks(tmp_path):
-    data = launch("ddp_scripts/07_checkpointing.py", "--dir", tmp_path, nproc=4, out=True,
-                  timeout=180, echo=False).data
+    data = launch("ddp_scripts/07_checkpointing.py", "--dir", tmp_path, "--workers", "2",
+                  nproc=4, out=True, timeout=180, echo=False).data
     assert data["steps_per_epoch"] == 2 and data["stop_at"] == 3  # stops mid-epoch
     resume = data["resume"]
     # Lesson 07: on 4 ranks, the fresh model's bucket layout changes the order of the
     # all-reduce's sums for one step, so the full resume is close but not bit for bit
     assert 0 < resume["full"]["max_abs_diff"] < 1e-6
     assert all(resume[v]["max_abs_diff"] > 1e-4 for v in
-               ("no_optimizer_state", "no_rng_state", "wrong_step", "wrong_epoch"))
+               ("no_optimizer_state", "no_momentum", "no_lr", "no_scheduler_state",
+                "no_rng_state", "wrong_step", "wrong_epoch"))
+    lrs = resume["lrs"]  # the stop (step 3) is after the first halving (step 2)
+    assert lrs["no_momentum"] == lrs["uninterrupted"] == [0.05, 0.025, 0.025]
+    assert lrs["no_lr"] == lrs["no_optimizer_state"] == [0.1, 0.05, 0.05]
     assert all(t["max_abs_diff"] < 1e-6 for t in data["truncated"].values())
+    # two workers per rank: batches go to them in turn, and the resume still replays them
+    workers = data["workers"]
+    assert workers["workers"] == 2
+    assert workers["seeded_per_epoch"]["max_abs_diff"] < 1e-6
+    assert workers["seeded_once"]["max_abs_diff"] > 1e-4
+    assert len({s["1"] for s in workers["seeded_per_epoch"]["seeds_every_rank"]}) == 4
+    assert [c["error"].split(":")[0] for c in data["cuts"]] == [
+        "EOFError", "UnpicklingError", "RuntimeError", "OSError", "OSError", "RuntimeError"]
     assert data["dcp"]["rows_per_rank"] == 3
     # the DCP checkpoint of 4 ranks, loaded into 2
     loaded = launch("ddp_scripts/07_checkpointing.py", "--dcp-load", data["dcp"]["folder"],
@@ -203,10 +249,13 @@ def test_checkpointing_on_four_ranks(tmp_path):
 def test_checkpointing_resume_is_exact_on_four_ranks_with_one_parameter_tensor():
     # The other half of lesson 07's explanation: with a single tensor there is only one
     # bucket layout, so the fresh model sums in the same order and the resume is exact.
-    data = launch("ddp_scripts/07_checkpointing.py", "--one-tensor", nproc=4, out=True,
-                  timeout=180, echo=False).data
+    data = launch("ddp_scripts/07_checkpointing.py", "--one-tensor", "--workers", "2",
+                  nproc=4, out=True, timeout=180, echo=False).data
     assert data["resume"]["full"]["equal"]
     assert data["resume"]["no_rng_state"]["max_abs_diff"] > 1e-4
+    # and with augmentation in two workers per rank, reseeded every epoch: exact too
+    assert data["workers"]["seeded_per_epoch"]["equal"]
+    assert not data["workers"]["seeded_once"]["equal"]
 
 
 def test_checkpointing_refuses_a_stop_outside_the_run():

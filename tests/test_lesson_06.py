@@ -1,0 +1,114 @@
+"""Lesson 06's claims about PyTorch that its own run (world size 2) cannot show: they need
+more ranks, or they kill the job. Each test writes a small script and runs it under torchrun."""
+import json
+import re
+import textwrap
+
+from tools.launch import launch
+
+MONITORED_BARRIER = textwrap.dedent('''
+    import json
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=30))
+    rank = dist.get_rank()
+    NEVER = None
+    ROUNDS = [  # (wait_all_ranks, arrival of ranks 1, 2, 3 in s; None: after rank 0 gave up)
+        (True, [0.5, 1.3, NEVER]),
+        (False, [0.5, 1.3, NEVER]),
+        (True, [0.0, NEVER, NEVER]),
+    ]
+    TIMEOUT = 1.0
+    for wait_all_ranks, arrivals in ROUNDS:
+        group = dist.new_group(backend="gloo", timeout=timedelta(seconds=5))
+        dist.barrier()
+        if rank > 0:
+            late = arrivals[rank - 1]
+            time.sleep(late if late is not None else 3.5)
+        start = time.perf_counter()
+        try:
+            dist.monitored_barrier(group=group, timeout=timedelta(seconds=TIMEOUT),
+                                   wait_all_ranks=wait_all_ranks)
+            error = None
+        except RuntimeError as failure:
+            error = str(failure).splitlines()[0]
+        if rank == 0:
+            print("RESULT " + json.dumps({"wait_all_ranks": wait_all_ranks, "error": error,
+                                          "seconds": time.perf_counter() - start}), flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+''')
+
+
+def test_monitored_barrier_gives_each_missing_rank_a_full_timeout(tmp_path):
+    """Lesson 06, section 3: with wait_all_ranks=True rank 0 waits for the ranks in turn,
+    each with the whole timeout (up to (N-1) x timeout in all); with False, one timeout."""
+    script = tmp_path / "monitored_barrier.py"
+    script.write_text(MONITORED_BARRIER)
+    run = launch(script, nproc=4, timeout=120, echo=False)
+    found = [json.loads(line.split("RESULT ", 1)[1]) for line in run.rank_lines(0)
+             if line.startswith("RESULT ")]
+    timeout = 1.0
+    each, first_only, two_missing = found
+    # rank 2 came 1.3 s late, more than the timeout, and passed: its wait began when
+    # rank 1 arrived (0.5 s). Rank 3's wait began at 1.3 s and ended a timeout later.
+    assert re.fullmatch(r"\[Rank 0\]: Ranks 3 failed to pass monitoredBarrier in 1000 ms",
+                        each["error"]), each
+    assert 2 * timeout < each["seconds"] < 3 * timeout + 0.5, each
+    # the default stops at the first missing rank, within one timeout
+    assert re.match(r"\[Rank 0\]: Rank 2 failed to pass monitoredBarrier in 1000 ms",
+                    first_only["error"]), first_only
+    assert timeout <= first_only["seconds"] < timeout + 0.5, first_only
+    # two ranks that never come: both named after one timeout, not two (on Gloo, the
+    # first timeout breaks rank 0's connections, and the wait for rank 3 fails at once)
+    assert re.fullmatch(r"\[Rank 0\]: Ranks 2, 3 failed to pass monitoredBarrier in 1000 ms",
+                        two_missing["error"]), two_missing
+    assert timeout <= two_missing["seconds"] < 1.5 * timeout, two_missing
+
+
+USER_COLLECTIVE_ON_THE_DDP_GROUP = textwrap.dedent('''
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.distributed.algorithms.join import Join
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo", timeout=timedelta(seconds=2))
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    ddp = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1)).double())
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    with Join([ddp]):
+        for step in range(6 if rank == 0 else 4):
+            x = torch.randn(16, 32, dtype=torch.float64)
+            optimizer.zero_grad()
+            loss = F.mse_loss(ddp(x), x.sum(dim=1, keepdim=True))
+            loss.backward()
+            optimizer.step()
+            dist.all_reduce(loss.detach())  # a metric, on the default group, like DDP
+            print(f"rank {rank}: step {step} done", flush=True)
+    print(f"rank {rank}: left the Join block", flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def test_join_with_a_user_collective_on_the_ddp_group_breaks_the_job(tmp_path):
+    """Lesson 06, section 4: on the DDP model's own group, the metric's all-reduce pairs
+    up with Join's count on the joined rank. Here (a float64 metric against Join's float32
+    count) Gloo aborts the joined rank on the size mismatch, which no except can catch; a
+    metric of the count's size can pair up unnoticed and fail later, with an abort or a
+    timeout. Either way the job never finishes."""
+    script = tmp_path / "join_metric_same_group.py"
+    script.write_text(USER_COLLECTIVE_ON_THE_DDP_GROUP)
+    run = launch(script, nproc=2, timeout=120, echo=False, expect_failure=True)
+    assert "rank 1: step 3 done" in run.output  # the even part trained fine
+    assert "rank 0: step 5 done" not in run.output  # rank 0 never finished its batches
+    assert "left the Join block" not in run.output
+    assert ("Is there a distributed collective mismatch in your code?" in run.output
+            or "Timed out waiting" in run.output), run.summary()
