@@ -53,14 +53,18 @@ def test_lesson_structure(path):
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_writefile_cells_match_committed_scripts(path):
+    written = {}  # target: its text, assembled from a %%writefile cell and its -a pieces
     for cell in read(path).cells:
         m = WRITEFILE.match(cell.source)
         if m:
             target = (NOTEBOOKS / m.group(1)).resolve()
             assert target.is_file(), f"{m.group(1)} is not committed"
-            body = cell.source[m.end():]
-            assert target.read_text().rstrip("\n") == body.rstrip("\n"), \
-                f"{m.group(1)} differs from the cell that writes it"
+            body = cell.source[m.end():].rstrip("\n") + "\n"  # IPython ends a cell with one
+            appends = re.match(r"%%writefile\s+-a\s", cell.source)
+            written[target] = (written.get(target, "") if appends else "") + body
+    for target, text in written.items():
+        assert target.read_text().rstrip("\n") == text.rstrip("\n"), \
+            f"{target.name} differs from the cells that write it"
 
 
 def test_every_script_is_written_by_a_lesson():

@@ -53,13 +53,16 @@ def test_devices_refuses_nccl_for_cpu_tensors_before_starting():
 
 def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
     data = launch("ddp_scripts/02_collectives.py", "--ring-sizes", "2", "5", "100",
-                  "--timing-numel", "3001", "--repeats", "1", nproc=3, out=True,
-                  timeout=120, echo=False).data
-    assert [c["size"] for c in data["ring_checks"]] == [2, 5, 100]
-    assert all(c["equal"] for c in data["ring_checks"])
+                  "--timing-numel", "3001", "--repeats", "1", "--ring-world-sizes", "2", "3",
+                  nproc=3, out=True, timeout=120, echo=False).data
+    assert [ring["world_size"] for ring in data["rings"]] == [2, 3]  # 2: a group of ranks 0, 1
+    for ring in data["rings"]:
+        assert [c["size"] for c in ring["ring_checks"]] == [2, 5, 100]
+        assert all(c["equal"] for c in ring["ring_checks"])
+    assert [r["elements_sent"] for r in data["rings"][0]["traffic"]["ranks"]] == [3001, 3001]
     # 3001 = 1001 + 1000 + 1000; rank r skips chunk (r+1) % 3 in phase 1 and (r+2) % 3 in
     # phase 2, so rank 0 skips two short chunks and sends one element more than the others
-    traffic = data["traffic"]
+    traffic = data["rings"][1]["traffic"]
     assert [r["elements_sent"] for r in traffic["ranks"]] == [4002, 4001, 4001]
     if traffic["bytes_counted_by"]:  # the kernel's count: 4 bytes an element, equal headers
         assert len({r["ring_bytes"] - 4 * r["elements_sent"] for r in traffic["ranks"]}) == 1

@@ -2,7 +2,8 @@
 
 * the cost of one 2-rank torchrun launch of a minimal script (init and destroy a
   process group) against a bare `python -c "import torch"`, medians of several runs;
-* the execution time of each lesson under papermill, and of the whole course.
+* the execution time of each lesson under papermill, and of the whole course;
+* lesson 02's hand-written ring all-reduce against dist.all_reduce (4 MiB, 2 and 4 ranks).
 
 Budgets (on 2 CPU cores): a launch at most 3x the bare import; a lesson under 30 s;
 the whole course under 5 minutes. Printed, not asserted: wall times depend on the
@@ -32,12 +33,25 @@ dist.destroy_process_group()
 LAUNCH_BUDGET_RATIO = 3.0
 LESSON_BUDGET_S = 30.0
 COURSE_BUDGET_S = 300.0
+RING_BUDGET_RATIO = 1.5
 
 
 def timed(argv) -> float:
     start = time.monotonic()
     subprocess.run(argv, check=True, capture_output=True, timeout=300)
     return time.monotonic() - start
+
+
+def ring_ratios() -> dict[int, float]:
+    """Ring time / dist.all_reduce time on 2^20 float32 values (4 MiB), medians of 9, from one
+    4-rank launch of lesson 02's script (the ring on ranks 0-1, then on all 4)."""
+    from tools.launch import cpu_unless_enough_gpus, launch
+
+    data = launch("ddp_scripts/02_collectives.py", "--ring-world-sizes", "2", "4",
+                  "--ring-sizes", "1", "--repeats", "9", nproc=4, out=True, timeout=300,
+                  echo=False, env=cpu_unless_enough_gpus(4)).data
+    return {ring["world_size"]: ring["timing"]["seconds"]["ring"]
+            / ring["timing"]["seconds"]["all_reduce"] for ring in data["rings"]}
 
 
 def verdict(ok: bool) -> str:
@@ -67,6 +81,9 @@ def main(argv=None) -> int:
     print(f"median 2-rank torchrun:       {launch:.2f} s")
     print(f"launch / import:              {ratio:.1f}x  (budget {LAUNCH_BUDGET_RATIO:g}x: "
           f"{verdict(ratio <= LAUNCH_BUDGET_RATIO)})")
+    for n, ring_ratio in ring_ratios().items():
+        print(f"ring / all_reduce, 4 MiB, {n} ranks: {ring_ratio:.2f}x  (budget "
+              f"{RING_BUDGET_RATIO:g}x: {verdict(ring_ratio <= RING_BUDGET_RATIO)})")
     if args.skip_lessons:
         return 0
 
