@@ -14,3 +14,27 @@ def workspace(tmp_path_factory):
     """One copy of the course for the whole session: lessons execute there, never in
     the repository."""
     return make_workspace(tmp_path_factory.mktemp("course"))
+
+
+# The lessons test_notebooks.py executed in this session (the executed notebook's bytes, by
+# notebook stem), so that test_site.py renders and checks those pages instead of executing
+# the course a second time.
+EXECUTED_LESSONS = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if (call.when == "call" and report.passed and item.module.__name__.endswith("test_notebooks")
+            and "tmp_path" in item.funcargs and hasattr(item, "callspec")):
+        path = item.callspec.params.get("path")
+        executed = item.funcargs["tmp_path"] / path.name if path is not None else None
+        if executed is not None and executed.exists():
+            item.config.stash.setdefault(EXECUTED_LESSONS, {})[path.stem] = executed.read_bytes()
+    return report
+
+
+@pytest.fixture(scope="session")
+def executed_lessons(request) -> dict:
+    """{notebook stem: executed notebook (bytes)}: the lessons executed so far."""
+    return request.config.stash.setdefault(EXECUTED_LESSONS, {})

@@ -4,6 +4,7 @@ working copy of the course to execute in, and papermill's execution of one noteb
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,17 +31,6 @@ def title(nb) -> str:
     return "untitled"
 
 
-def blurb(nb) -> str:
-    """The first sentence of a lesson's introduction, for the index page."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for paragraph in cell.source.split("\n\n")[1:]:
-                if paragraph.strip():
-                    sentence = paragraph.strip().split(". ")[0].rstrip(".") + "."
-                    return sentence.replace("**", "").replace("`", "")  # plain text
-    return ""
-
-
 def make_workspace(dest: Path) -> Path:
     """A fresh copy of the course to execute in, so that running never writes into the
     repository (the lessons rewrite their scripts with %%writefile when they run)."""
@@ -53,24 +43,63 @@ def make_workspace(dest: Path) -> Path:
     return dest
 
 
+KERNEL_FOLDER_PREFIX = "ddp-kernel-"
+
+
+def remove_stale_kernel_folders(min_age_s: float = 600, tmp: Path | None = None) -> list[Path]:
+    """Remove the socket folders of kernels that are gone (their run was killed before its
+    `finally`): older than `min_age_s` (a kernel binds its sockets within seconds of its
+    folder's creation) and with nothing listening on their first socket. Returns them."""
+    import socket
+
+    removed = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob(KERNEL_FOLDER_PREFIX + "*"):
+        try:
+            if time.time() - folder.stat().st_mtime < min_age_s:
+                continue
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(str(folder / "k-1"))  # a live kernel accepts: keep its folder
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:
+            pass  # not ours, or not readable: leave it
+    return removed
+
+
 def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD_SIZE,
             extra_parameters: dict | None = None) -> float:
     """Execute notebook `nb` (a NotebookNode) with papermill inside `workspace/notebooks`,
     write the executed copy to `out_path`, and return the seconds it took. Raises
     papermill's PapermillExecutionError (with the failing cell's traceback) on failure."""
     import papermill
+    from traitlets.config import Config
 
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     source = out_path.with_suffix(".input.ipynb")
     nbformat.write(nb, source)
+    # The kernel talks to papermill over local (IPC) sockets rather than TCP: ipykernel 7.4
+    # warns "Kernel is running over TCP without encryption" at every start over TCP. The
+    # sockets and the connection file live in a folder of this run's own (its path is
+    # absolute, so the kernel's working directory does not matter; two runs at once never
+    # share one), removed afterwards even if the kernel died; folders left by a run that was
+    # killed (no `finally`) are removed by the next run.
+    remove_stale_kernel_folders()
+    sockets = Path(tempfile.mkdtemp(prefix=KERNEL_FOLDER_PREFIX))
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(sockets / "k")  # sockets k-1 ... k-5
+    config.KernelManager.connection_file = str(sockets / "kernel.json")
     start = time.monotonic()
     try:
         papermill.execute_notebook(
             str(source), str(out_path), cwd=str(Path(workspace) / "notebooks"),
             parameters={"world_size": world_size, **(extra_parameters or {})},
             kernel_name="python3", execution_timeout=CELL_TIMEOUT_S,
-            progress_bar=False, log_output=False, request_save_on_cell_execute=False)
+            progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+            config=config)
     finally:
         source.unlink(missing_ok=True)
+        shutil.rmtree(sockets, ignore_errors=True)
     return time.monotonic() - start

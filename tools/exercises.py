@@ -52,6 +52,19 @@ def exercises(nb) -> list[tuple[int, int]]:
     return found
 
 
+def exercise_cells(nb) -> list[tuple[int, int | None]]:
+    """(solution cell index, check cell index) for every exercise, found by the tags alone
+    (in a learner's notebook the solution blocks are gone; for `make grade`): each cell
+    tagged `solution` with the first cell tagged `check` after it, or None where another
+    solution (or the end) comes first. Cells a learner inserted in between do not matter."""
+    solutions = [i for i, cell in enumerate(nb.cells) if "solution" in tags(cell)]
+    found = []
+    for i, after in zip(solutions, solutions[1:] + [len(nb.cells)]):
+        checks = [j for j in range(i + 1, after) if "check" in tags(nb.cells[j])]
+        found.append((i, checks[0] if checks else None))
+    return found
+
+
 def stub_lines(source: str) -> list[str]:
     return [line.strip()[len(STUB):] for line in source.splitlines()
             if line.strip().startswith(STUB)]

@@ -9,47 +9,23 @@ from __future__ import annotations
 import argparse
 import html
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 
-from tools.course import REPO, blurb, execute, lessons, make_workspace, title
+from tools import site
+from tools.course import REPO, execute, lessons, make_workspace, title
 
 ERROR_TAIL_LINES = 30
 
 
-def render_html(executed: Path, dest: Path, notebook_dir: Path) -> None:
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(embed_images=True)  # the HTML page carries its diagrams
-    body, _ = exporter.from_filename(str(executed),
-                                     resources={"metadata": {"path": str(notebook_dir)}})
-    # Links between lessons point at notebooks; in the rendered course they point at pages.
-    body = re.sub(r'href="((?:\./)?\d\d_[\w-]+)\.ipynb', r'href="\1.html', body)
-    dest.write_text(body)
-
-
-def write_index(rows, dest: Path, world_size: int) -> None:
+def index_intro(world_size: int) -> str:
     import torch
 
-    items = "\n".join(
-        f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a><br>'
-        f'<small>{html.escape(r["blurb"])}</small></td>'
-        f'<td>{r["status"]}</td><td>{r["seconds"]:.1f}</td></tr>' for r in rows)
-    dest.write_text(f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>ddp-course</title>
-<style>body{{font-family:sans-serif;max-width:48em;margin:2em auto}}
-td,th{{padding:.3em 1em;text-align:left}}</style></head>
-<body><h1>ddp-course: PyTorch DistributedDataParallel from first principles</h1>
-<p>Every lesson below was executed on {time.strftime('%Y-%m-%d %H:%M')} with world size
-{world_size}, torch {html.escape(torch.__version__)}.</p>
-<table><tr><th>lesson</th><th>status</th><th>seconds</th></tr>
-{items}
-</table></body></html>
-""")
+    return (f"Every lesson below was executed on {time.strftime('%Y-%m-%d %H:%M')} with world "
+            f"size {world_size}, torch {html.escape(torch.__version__)}.")
 
 
 def main(argv=None) -> int:
@@ -65,10 +41,14 @@ def main(argv=None) -> int:
     workspace = make_workspace(args.build / "course")
     executed_dir, html_dir = args.build / "executed", args.build / "html"
     html_dir.mkdir(parents=True, exist_ok=True)
+    notebooks = {path: nbformat.read(path, as_version=4) for path in chosen}
+    # The navigation lists the lessons of this run (all of them unless --only).
+    pages = site.site_pages([(path.with_suffix(".html").name, title(nb))
+                             for path, nb in notebooks.items()])
     rows = []
     for i, path in enumerate(chosen, start=1):
         print(f"[{i}/{len(chosen)}] {path.name}: running", flush=True)
-        nb = nbformat.read(path, as_version=4)
+        nb = notebooks[path]
         executed = executed_dir / path.name
         start = time.monotonic()
         try:
@@ -81,12 +61,13 @@ def main(argv=None) -> int:
         seconds = time.monotonic() - start
         page = path.with_suffix(".html").name
         if executed.exists():
-            render_html(executed, html_dir / page, workspace / "notebooks")
-        rows.append({"name": path.name, "title": title(nb), "blurb": blurb(nb), "status": status,
+            site.render_lesson(executed, html_dir / page, workspace / "notebooks", pages)
+        rows.append({"name": path.name, "title": title(nb), "status": status,
+                     "description": site.lesson_description(path.stem),
                      "seconds": seconds, "html": page})
         print(f"[{i}/{len(chosen)}] {path.name}: {status} in {seconds:.1f} s", flush=True)
 
-    write_index(rows, html_dir / "index.html", args.world_size)
+    site.write_index(rows, html_dir / "index.html", pages, index_intro(args.world_size))
     width = max([len(r["name"]) for r in rows] + [8])
     print(f"\n{'notebook':<{width}}  status  seconds")
     for r in rows:

@@ -2,13 +2,16 @@
 
     python -m tools.student [--dest build/student]
 
-The result is a self-contained copy of the course without its tests: hand it out as
-it is, or zip it.
+The result is a self-contained copy of the course without its tests and without the
+solutions: hand it out as it is, or zip it. A script that a solution cell writes with
+`%%writefile` is rewritten from the student's cells too (the stub, not the answer). In the
+handout, `make lab` opens the lessons in JupyterLab and `make grade` grades them.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -16,9 +19,31 @@ from pathlib import Path
 import nbformat
 
 from tools.course import COURSE_PARTS, REPO, lessons
-from tools.exercises import exercises, student_version
+from tools.exercises import exercises, student_version, tags
 
 HANDOUT_FILES = ("README.md", "requirements.txt", "Makefile")
+WRITEFILE = re.compile(r"%%writefile\s+(-a\s+)?(\S+)\n")
+
+
+def write_stubbed_scripts(nb, notebook_dir: Path, root: Path) -> list[Path]:
+    """Rewrite, from a student notebook's `%%writefile` cells (and their `-a` pieces), every
+    script one of its solution cells writes; the other scripts are left as copied."""
+    texts: dict[Path, str] = {}
+    stubbed: set[Path] = set()
+    for cell in nb.cells:
+        m = WRITEFILE.match(cell.source) if cell.cell_type == "code" else None
+        if not m:
+            continue
+        target = (notebook_dir / m.group(2)).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"a %%writefile cell writes outside the course: {m.group(2)}")
+        body = cell.source[m.end():].rstrip("\n") + "\n"  # as IPython ends a cell
+        texts[target] = (texts.get(target, "") if m.group(1) else "") + body
+        if "solution" in tags(cell):
+            stubbed.add(target)
+    for target in sorted(stubbed):
+        target.write_text(texts[target])
+    return sorted(stubbed)
 
 
 def write_student_course(dest: Path) -> list[Path]:
@@ -34,9 +59,12 @@ def write_student_course(dest: Path) -> list[Path]:
     for path in lessons():
         nb = nbformat.read(path, as_version=4)
         target = dest / "notebooks" / path.name
-        nbformat.write(student_version(nb), target)
+        student = student_version(nb)
+        nbformat.write(student, target)
         written.append(target)
-        print(f"{target}: {len(exercises(nb))} exercises stubbed")
+        scripts = write_stubbed_scripts(student, target.parent, dest)
+        also = "".join(f", {s.relative_to(dest.resolve())} stubbed" for s in scripts)
+        print(f"{target}: {len(exercises(nb))} exercises stubbed{also}")
     return written
 
 

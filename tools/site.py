@@ -1,0 +1,190 @@
+"""The rendered course (`make course`): one HTML page per executed lesson and an index,
+every page with the lesson list and previous / next links. Plain HTML and CSS, no
+JavaScript, nothing fetched from the internet: the pages work offline, from `file://`.
+
+nbconvert's `lab` template loads require.js and MathJax from a CDN (and mermaid.js when a
+notebook has a mermaid diagram); the lessons need none of them (no math, no widgets, no
+mermaid), so the page template below drops those scripts and embeds the images.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import mimetypes
+import re
+from pathlib import Path
+
+# What each lesson teaches, one line each, for the index. Keyed by notebook stem; a test
+# (tests/test_site.py) checks that every lesson has one and that there are no others.
+DESCRIPTIONS = {
+    "00_how_the_course_works": "Why DDP code runs in a script that torchrun launches, not in the "
+    "notebook; what torchrun gives each rank; reading per-rank output and failure reports.",
+    "01_devices": "torch.device on CPU and GPU, cross-device errors, one device per rank from "
+    "LOCAL_RANK, CUDA_VISIBLE_DEVICES and map_location.",
+    "02_collectives": "Point-to-point messages and every collective (broadcast, reduce, "
+    "all_reduce, gather, scatter, ...) across ranks, and a ring all-reduce written by hand.",
+    "03_backends": "Gloo, NCCL and MPI: what each supports, picking one from the device, and "
+    "all_reduce time and bandwidth measured from 1 KiB to 64 MiB.",
+    "04_init_methods": "How the processes find each other: env://, tcp://, file:// and stores, "
+    "rendezvous failures provoked, two nodes on one machine.",
+    "05_ddp": "What DistributedDataParallel does: the broadcast at construction, gradient "
+    "buckets all-reduced during backward, and training equal to one process.",
+    "05_ddp_training": "Training with DDP in practice: DistributedSampler and set_epoch, metrics "
+    "reduced across ranks, rank-0 logging, a real dataset on 2 ranks.",
+    "06_skewed_speeds": "Stragglers, timeouts and hangs: who waits for whom, monitored_barrier "
+    "naming the late rank, uneven inputs fixed with Join.",
+    "07_checkpointing": "Saving and resuming DDP training: rank-0 saves, the module. prefix, the "
+    "full training state, atomic writes, weights_only, an exact resume.",
+    "08_fault_tolerance": "A rank killed mid-training: torchrun restarts the job, which resumes "
+    "from its checkpoint and ends with the uninterrupted run's weights.",
+}
+
+INDEX = ("index.html", "Course index")
+
+CSS = """
+.ddp-nav { font-family: system-ui, sans-serif; font-size: 14px; line-height: 1.35;
+  background: #f6f7f9; border-bottom: 1px solid #d8dbe0; padding: .6em 1em; }
+.ddp-nav h2 { font-size: 15px; margin: .2em 0 .5em; }
+.ddp-nav ol { list-style: none; margin: 0; padding: 0; }
+.ddp-nav li { margin: 0; }
+.ddp-nav li a { display: block; padding: .25em .5em; border-radius: 4px;
+  color: #1a4d8f; text-decoration: none; }
+.ddp-nav li a:hover { background: #e3e8f0; }
+.ddp-nav li a[aria-current="page"] { background: #1a4d8f; color: #fff; font-weight: 600; }
+.ddp-prevnext { display: flex; justify-content: space-between; gap: 1em;
+  font-family: system-ui, sans-serif; font-size: 14px; margin: .8em 0; }
+.ddp-prevnext a { color: #1a4d8f; text-decoration: none; }
+.ddp-prevnext a:hover { text-decoration: underline; }
+.ddp-prevnext .ddp-next { margin-left: auto; text-align: right; }
+@media (min-width: 60em) {
+  .ddp-nav { position: fixed; top: 0; left: 0; bottom: 0; width: 15em; overflow-y: auto;
+    border-bottom: none; border-right: 1px solid #d8dbe0; box-sizing: border-box; }
+  body > main, body > .ddp-index { margin-left: 15em; }
+}
+"""
+
+INDEX_CSS = """
+body { font-family: system-ui, sans-serif; margin: 0; }
+.ddp-index { max-width: 52em; padding: 1em 2em; }
+.ddp-index table { border-collapse: collapse; }
+.ddp-index td, .ddp-index th { padding: .45em .8em; text-align: left; vertical-align: top;
+  border-bottom: 1px solid #e3e6ea; }
+.ddp-index td.num { text-align: right; }
+.ddp-index .desc { color: #444; font-size: 14px; }
+"""
+
+# The page template: nbconvert's lab page without its CDN scripts, with our navigation.
+TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{% block extra_css %}<style type="text/css">{{ resources.ddp_css }}</style>{% endblock extra_css %}
+{%- block body_header -%}
+<body class="jp-Notebook" data-jp-theme-light="true" data-jp-theme-name="JupyterLab Light">
+{{ resources.ddp_nav }}
+<main>
+{{ resources.ddp_prevnext }}
+{%- endblock body_header -%}
+{% block body_footer %}
+{{ resources.ddp_prevnext }}
+</main>
+</body>
+{% endblock body_footer %}
+"""
+
+
+def lesson_description(stem: str) -> str:
+    return DESCRIPTIONS.get(stem, "")
+
+
+def nav(pages: list[tuple[str, str]], current: str) -> str:
+    """The lesson list: `pages` is [(file name, title)], the index first; `current` is
+    the file name of the page it goes on."""
+    marked = ' aria-current="page"'
+    items = "\n".join(
+        f'<li><a href="{html.escape(name)}"{marked if name == current else ""}>'
+        f'{html.escape(text)}</a></li>' for name, text in pages)
+    return (f'<nav class="ddp-nav" aria-label="Lessons"><h2>ddp-course</h2>\n'
+            f'<ol>\n{items}\n</ol></nav>')
+
+
+def prevnext(pages: list[tuple[str, str]], current: str) -> str:
+    names = [name for name, _ in pages]
+    i = names.index(current)
+    parts = []
+    if i > 0:
+        name, text = pages[i - 1]
+        parts.append(f'<a class="ddp-prev" rel="prev" href="{html.escape(name)}">'
+                     f'&larr; {html.escape(text)}</a>')
+    if i + 1 < len(pages):
+        name, text = pages[i + 1]
+        parts.append(f'<a class="ddp-next" rel="next" href="{html.escape(name)}">'
+                     f'{html.escape(text)} &rarr;</a>')
+    return f'<nav class="ddp-prevnext" aria-label="Previous and next">{"".join(parts)}</nav>'
+
+
+def site_pages(lesson_pages: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Every page of the site in reading order: the index, then the lessons."""
+    return [INDEX, *lesson_pages]
+
+
+def render_lesson(executed: Path, dest: Path, notebook_dir: Path,
+                  pages: list[tuple[str, str]]) -> None:
+    """Render an executed notebook to `dest` (its name must be one of `pages`)."""
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", template_file="ddp_page.html.j2",
+                            extra_loaders=[DictLoader({"ddp_page.html.j2": TEMPLATE})],
+                            embed_images=True)  # the page carries its diagrams
+    body, _ = exporter.from_filename(str(executed), resources={
+        "metadata": {"path": str(notebook_dir)},
+        "ddp_css": CSS, "ddp_nav": nav(pages, dest.name),
+        "ddp_prevnext": prevnext(pages, dest.name)})
+    # Links between lessons point at notebooks; in the rendered course they point at pages.
+    body = re.sub(r'href="((?:\./)?\d\d_[\w-]+)\.ipynb', r'href="\1.html', body)
+    dest.write_text(embed_images(body, notebook_dir))
+
+
+def embed_images(body: str, notebook_dir: Path) -> str:
+    """Embed the images that nbconvert left as links. nbconvert 7.17 embeds only files
+    inside the notebook's own folder, and the lessons' diagrams are in `../images/`."""
+    def embed(match: re.Match) -> str:
+        src = html.unescape(match.group(2))
+        path = (notebook_dir / src).resolve()
+        if "://" in src or src.startswith("data:") or not path.is_file():
+            return match.group(0)  # left as it is: the site test reports it if it is broken
+        mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        return f"{match.group(1)}data:{mime};base64,{data}{match.group(3)}"
+
+    return re.sub(r'(<img\b[^>]*?\bsrc=")([^"]+)(")', embed, body)
+
+
+def write_index(rows: list[dict], dest: Path, pages: list[tuple[str, str]],
+                intro: str) -> None:
+    """`rows`: one dict per lesson with html, title, description, status, seconds."""
+    items = "\n".join(
+        f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a><br>'
+        f'<span class="desc">{html.escape(r["description"])}</span></td>'
+        f'<td>{html.escape(r["status"])}</td><td class="num">{r["seconds"]:.1f}</td></tr>'
+        for r in rows)
+    dest.write_text(f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>ddp-course</title>
+<style>{CSS}{INDEX_CSS}</style></head>
+<body>
+{nav(pages, dest.name)}
+<div class="ddp-index">
+{prevnext(pages, dest.name)}
+<h1>ddp-course: PyTorch DistributedDataParallel from first principles</h1>
+<p>{intro}</p>
+<table><tr><th>lesson</th><th>status</th><th>seconds</th></tr>
+{items}
+</table>
+{prevnext(pages, dest.name)}
+</div></body></html>
+""")
