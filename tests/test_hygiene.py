@@ -10,10 +10,11 @@ import pytest
 
 from tools.course import NOTEBOOKS, REPO, lessons
 from tools.diagrams import ALT_TEXT
+from tools.exercises import written_scripts
 
 LESSONS = lessons()
 SCRIPTS = sorted((REPO / "ddp_scripts").glob("[0-9][0-9]_*.py"))
-WRITEFILE = re.compile(r"%%writefile\s+(?:-a\s+)?(\S+)\n")
+MAX_CODE_CELL_LINES = 80
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
@@ -53,24 +54,23 @@ def test_lesson_structure(path):
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_writefile_cells_match_committed_scripts(path):
-    written = {}  # target: its text, assembled from a %%writefile cell and its -a pieces
-    for cell in read(path).cells:
-        m = WRITEFILE.match(cell.source)
-        if m:
-            target = (NOTEBOOKS / m.group(1)).resolve()
-            assert target.is_file(), f"{m.group(1)} is not committed"
-            body = cell.source[m.end():].rstrip("\n") + "\n"  # IPython ends a cell with one
-            appends = re.match(r"%%writefile\s+-a\s", cell.source)
-            written[target] = (written.get(target, "") if appends else "") + body
-    for target, text in written.items():
+    for target, (text, _) in written_scripts(read(path), NOTEBOOKS).items():
+        assert target.is_file(), f"{target.name} is not committed"
         assert target.read_text().rstrip("\n") == text.rstrip("\n"), \
             f"{target.name} differs from the cells that write it"
 
 
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_code_sits_in_short_cells(path):
+    """A script is written in pieces beside the prose that explains them (%%writefile -a),
+    so no code cell is longer than a screen or two."""
+    longest = max((c for c in read(path).cells if c.cell_type == "code"),
+                  key=lambda c: len(c.source.splitlines()))
+    assert len(longest.source.splitlines()) <= MAX_CODE_CELL_LINES, longest.source[:80]
+
+
 def test_every_script_is_written_by_a_lesson():
-    written = {(NOTEBOOKS / m.group(1)).resolve()
-               for path in LESSONS for cell in read(path).cells
-               if (m := WRITEFILE.match(cell.source))}
+    written = {target for path in LESSONS for target in written_scripts(read(path), NOTEBOOKS)}
     assert set(SCRIPTS) <= written
 
 

@@ -1,5 +1,7 @@
-"""The launcher: streaming, failures, timeouts that kill the whole tree, no fixed port."""
+"""The launcher: streaming, failures, timeouts that kill the whole tree (after taking each
+rank's stack), no fixed port."""
 import os
+import re
 import threading
 import time
 
@@ -7,6 +9,7 @@ import pytest
 
 from tools.launch import (
     KILL_GRACE_S,
+    STACKS_LIMIT_S,
     LaunchError,
     LaunchTimeout,
     launch,
@@ -67,11 +70,15 @@ def test_timeout_kills_torchrun_the_workers_and_their_children(tmp_path):
         launch("tests/fixtures/hang.py", nproc=2, timeout=timeout, echo=False,
                env={"HANG_PID_DIR": str(tmp_path)})
     elapsed = time.monotonic() - start
-    assert timeout <= elapsed < timeout + KILL_GRACE_S + 10
+    assert timeout <= elapsed < timeout + STACKS_LIMIT_S + KILL_GRACE_S + 10
     assert f"did not finish within {timeout} s" in str(caught.value)
     assert "is waiting forever" in str(caught.value)  # output before the kill is kept
     pids = [int(p) for f in sorted(tmp_path.iterdir()) for p in f.read_text().split()]
     assert len(pids) == 4, "both ranks should have started and recorded two pids"
+    for rank_pid in pids[0::2]:  # where each rank was: py-spy's stack, at the script's loop
+        stack = str(caught.value).split(f"[launch] stack of process {rank_pid}:\n")[1]
+        assert re.match(r"Process \d+: .*hang\.py\n(.*\n)*? +<module> \(hang\.py:1[45]\)",
+                        stack), stack[:400]
     deadline = time.monotonic() + 5
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

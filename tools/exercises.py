@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import nbformat
 
@@ -26,8 +27,27 @@ _BLOCK = re.compile(rf"^[ \t]*{re.escape(BEGIN)}[^\n]*\n.*?^[ \t]*{re.escape(END
                     re.S | re.M)
 
 
+WRITEFILE = re.compile(r"%%writefile\s+(-a\s+)?(\S+)\n")
+
+
 class ExerciseFormatError(ValueError):
     pass
+
+
+def written_scripts(nb, notebook_dir) -> dict:
+    """What a notebook's `%%writefile` cells write: {resolved target: (text, cells)}, the
+    text joined from a `%%writefile` cell and the `-a` pieces after it, exactly as IPython
+    writes it (each cell's body ends with one newline), and the cells that wrote it."""
+    written: dict = {}
+    for cell in nb.cells:
+        m = WRITEFILE.match(cell.source) if cell.cell_type == "code" else None
+        if not m:
+            continue
+        target = (Path(notebook_dir) / m.group(2)).resolve()
+        body = cell.source[m.end():].rstrip("\n") + "\n"
+        text, cells = written.get(target, ("", [])) if m.group(1) else ("", [])
+        written[target] = (text + body, cells + [cell])
+    return written
 
 
 def tags(cell) -> list[str]:

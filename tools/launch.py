@@ -55,6 +55,7 @@ LAUNCHER_VARIABLES = (
 TAIL_LINES = 40
 RANK_LINES = 20
 KILL_GRACE_S = 3.0
+STACKS_LIMIT_S = 15.0  # at most this long to take the stacks of a timed-out run
 _PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<local_rank>\d+)\]:(?P<text>.*)$")
 _LABELLED = re.compile(r"^\[[A-Za-z_]+\d+\]")
 
@@ -108,6 +109,11 @@ class LaunchResult:
         starts = [i for i, line in enumerate(lines) if line.endswith(" FAILED")]
         if starts:
             parts.append("torchrun's report:\n" + "\n".join(lines[starts[-1]:]))
+        stacks = min((i for i in (self.output.find("[launch] stack of process "),
+                                    self.output.find("[launch] install py-spy")) if i >= 0),
+                     default=-1)
+        if stacks >= 0:  # a timed-out run: where each process was
+            parts.append(self.output[stacks:].rstrip("\n"))
         return "\n\n".join(parts) if parts else self.tail()
 
 
@@ -330,6 +336,7 @@ def _run(processes, base_env, cwd, timeout, echo):
             for proc in running:  # the others would wait for the failed one forever
                 if proc.poll() is None:
                     kill_tree(proc)
+    stacks = where_they_are(running) if timed_out else ""
     for proc in running:
         if proc.poll() is None:
             kill_tree(proc)
@@ -342,14 +349,50 @@ def _run(processes, base_env, cwd, timeout, echo):
             captured.append(line)
             if echo and not timed_out:
                 print(line, end="", flush=True)
-    if timed_out and echo:
-        print(f"[launch] timed out after {timeout:g} s: killed the run", flush=True)
+    if timed_out:
+        captured.append(stacks)
+        if echo:
+            print(f"[launch] timed out after {timeout:g} s: killed the run", flush=True)
     for proc in running:
         proc.stdout.close()
     if not returncode and not timed_out:
         returncode = next((proc.returncode for proc in running if proc.returncode), 0)
     return (None if timed_out else returncode), "".join(captured), \
         time.monotonic() - start, timed_out
+
+
+def py_spy() -> str | None:
+    """The py-spy program next to this Python (a virtual environment's bin/) or on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return str(beside) if beside.is_file() else shutil.which("py-spy")
+
+
+def where_they_are(running: list[subprocess.Popen], limit: float = STACKS_LIMIT_S) -> str:
+    """The Python stack (every thread) of each worker and the processes it started, taken
+    with `py-spy dump` before a timed-out run is killed: where a hang sits, even when
+    nothing was printed. torchrun itself is left out (it only waits). At most `limit`
+    seconds in all; without py-spy, says how to get it."""
+    program = py_spy()
+    if program is None:
+        return "[launch] install py-spy to see where each process was stuck\n"
+    pids = []
+    for proc in running:
+        is_torchrun = "torch.distributed.run" in proc.args
+        pids += ([] if is_torchrun else [proc.pid]) + descendants(proc.pid)
+    parts, end = [], time.monotonic() + limit
+    for pid in pids:
+        left = end - time.monotonic()
+        if left <= 0:
+            parts.append("[launch] no time left for the other stacks\n")
+            break
+        try:
+            dump = subprocess.run([program, "dump", "--pid", str(pid)], capture_output=True,
+                                  text=True, errors="replace", timeout=left)
+            text = dump.stdout or dump.stderr
+        except (OSError, subprocess.SubprocessError) as error:
+            text = f"py-spy failed: {error}\n"
+        parts.append(f"[launch] stack of process {pid}:\n{text}")
+    return "".join(parts)
 
 
 def descendants(pid: int) -> list[int]:

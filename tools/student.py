@@ -11,7 +11,6 @@ handout, `make lab` opens the lessons in JupyterLab and `make grade` grades them
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -19,30 +18,21 @@ from pathlib import Path
 import nbformat
 
 from tools.course import COURSE_PARTS, REPO, lessons
-from tools.exercises import exercises, student_version, tags
+from tools.exercises import exercises, student_version, tags, written_scripts
 
 HANDOUT_FILES = ("README.md", "requirements.txt", "Makefile")
-WRITEFILE = re.compile(r"%%writefile\s+(-a\s+)?(\S+)\n")
 
 
 def write_stubbed_scripts(nb, notebook_dir: Path, root: Path) -> list[Path]:
     """Rewrite, from a student notebook's `%%writefile` cells (and their `-a` pieces), every
     script one of its solution cells writes; the other scripts are left as copied."""
-    texts: dict[Path, str] = {}
-    stubbed: set[Path] = set()
-    for cell in nb.cells:
-        m = WRITEFILE.match(cell.source) if cell.cell_type == "code" else None
-        if not m:
-            continue
-        target = (notebook_dir / m.group(2)).resolve()
+    stubbed = []
+    for target, (text, cells) in written_scripts(nb, notebook_dir).items():
         if not target.is_relative_to(root.resolve()):
-            raise ValueError(f"a %%writefile cell writes outside the course: {m.group(2)}")
-        body = cell.source[m.end():].rstrip("\n") + "\n"  # as IPython ends a cell
-        texts[target] = (texts.get(target, "") if m.group(1) else "") + body
-        if "solution" in tags(cell):
-            stubbed.add(target)
-    for target in sorted(stubbed):
-        target.write_text(texts[target])
+            raise ValueError(f"a %%writefile cell writes outside the course: {target}")
+        if any("solution" in tags(cell) for cell in cells):
+            target.write_text(text)
+            stubbed.append(target)
     return sorted(stubbed)
 
 
