@@ -40,6 +40,14 @@ def test_indented_solution_keeps_its_indentation():
     assert stub_source(source) == "def f():\n    return 0"
 
 
+def test_each_block_gets_the_stub_lines_before_it():
+    source = ("def f():\n    # STUB: pass\n    ### BEGIN SOLUTION\n    write()\n"
+              "    ### END SOLUTION\n\n\ndef g():\n    # STUB: return 0\n"
+              "    ### BEGIN SOLUTION\n    return read()\n    ### END SOLUTION\n\n\nmain()\n")
+    assert stub_source(source) == ("def f():\n    pass\n\n\ndef g():\n    return 0\n\n\n"
+                                   "main()")
+
+
 def test_student_and_proof_versions():
     nb = notebook((SOLUTION, ["solution"]), ("assert answer == 42", ["check"]))
     student = student_version(nb)

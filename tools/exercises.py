@@ -91,12 +91,23 @@ def stub_lines(source: str) -> list[str]:
 
 
 def stub_source(source: str) -> str:
-    """The solution cell as a student gets it: the block replaced by the stub code."""
-    indent = re.match(r"[ \t]*", _BLOCK.search(source).group(0)).group(0)
-    stub = "".join(f"{indent}{line}\n" for line in stub_lines(source))
-    kept = "\n".join(line for line in _BLOCK.sub(lambda m: "\0", source).splitlines()
-                     if not line.strip().startswith(STUB))
-    return kept.replace("\0", stub).rstrip("\n")
+    """The solution cell as a student gets it: each block replaced by its stub code, the
+    `# STUB: ` lines between the block before it (or the cell's start) and it; the last
+    block also takes those after it. With one block: every stub line of the cell."""
+    blocks = list(_BLOCK.finditer(source))
+    stubs = []
+    for k, block in enumerate(blocks):
+        region = source[blocks[k - 1].end() if k else 0:block.start()]
+        if k == len(blocks) - 1:
+            region += source[block.end():]
+        indent = re.match(r"[ \t]*", block.group(0)).group(0)
+        stubs.append("".join(f"{indent}{line}\n" for line in stub_lines(region)))
+    numbers = iter(range(len(blocks)))
+    kept = "\n".join(line for line in _BLOCK.sub(lambda m: f"\0{next(numbers)}\0", source)
+                     .splitlines() if not line.strip().startswith(STUB))
+    for k, stub in enumerate(stubs):
+        kept = kept.replace(f"\0{k}\0", stub)
+    return kept.rstrip("\n")
 
 
 def student_version(nb):
