@@ -39,6 +39,7 @@ import time
 from datetime import timedelta
 
 import torch
+import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F

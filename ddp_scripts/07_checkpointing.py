@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn

@@ -33,6 +33,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
+import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F

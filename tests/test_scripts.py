@@ -313,3 +313,19 @@ def test_fault_tolerance_without_restarts_the_job_fails(tmp_path):
                     nproc=2, timeout=120, echo=False, expect_failure=True)
     assert "exitcode  : -9" in result.output
     assert not (tmp_path / "step-000004.pt").exists()  # it never got that far
+
+
+def test_torch_dynamo_imported_after_the_group_keeps_gloo_threads_past_destroy():
+    """Why every DDP script imports torch._dynamo before init_process_group (lesson 05):
+    DDP's constructor imports it (torch 2.13); imported after the group exists, it keeps
+    the group alive through destroy_process_group, and Gloo's threads with it. (Linux: the
+    fixture reads the threads' names in /proc.)"""
+    def threads(*args):
+        result = launch("tests/fixtures/gloo_threads.py", *args, nproc=2, timeout=90,
+                        echo=False)
+        return [line for line in result.output.splitlines() if "threads after destroy" in line]
+
+    late, first = threads(), threads("--import-first")
+    assert len(late) == len(first) == 2
+    assert all("pt_gloo_runloop" in line for line in late), late
+    assert not any("gloo" in line for line in first), first
