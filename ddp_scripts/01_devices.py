@@ -12,11 +12,11 @@ as JSON.
 import argparse
 import json
 import os
-import sys
 import tempfile
 
 import torch
 import torch.distributed as dist
+from ddp_common import setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
@@ -36,50 +36,11 @@ def parse_args():
     return args
 
 
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                                 "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-               if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank, local_world_size, choice):
-    """cuda:LOCAL_RANK when GPUs are wanted and visible, otherwise the CPU."""
-    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    visible = torch.cuda.device_count()
-    if visible == 0:
-        sys.exit("--device cuda, but no GPU is visible: use --device cpu (or auto)")
-    if local_world_size > visible:
-        # Every rank checks this before joining the group, so all of them stop.
-        sys.exit(f"{local_world_size} process(es) on this node but {visible} visible GPU(s) "
-                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}). "
-                 f"Use --nproc-per-node={visible}, or --device cpu.")
-    return torch.device("cuda", local_rank)
-
-
 @record  # an exception that ends main() goes into torchrun's report (lesson 00)
 def main():
     args = parse_args()
-    require_torchrun()
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
-    is_rank0 = rank == 0
-
-    device = pick_device(local_rank, local_world_size, args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # NCCL and the object collectives use this device
-    backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
-        else args.backend
-    # device_id binds this process's NCCL communicator to its own GPU from the start.
-    dist.init_process_group(backend=backend,
-                            device_id=device if device.type == "cuda" else None)
+    rank, local_rank, world_size, device = setup(args.device, args.backend)
+    backend = dist.get_backend()
     print(f"rank {rank} (local rank {local_rank}) uses {device} with {backend}")
 
     # 1. A collective on the chosen device: the sum of 1..world_size.
@@ -114,13 +75,13 @@ def main():
     dist.barrier()  # every rank has loaded the file before it is removed
     if local_rank == 0:
         os.remove(path)
-    if is_rank0:
+    if rank == 0:
         print(f"all_reduce of 1..{world_size} gave {value.item():g}")
         if args.out:
             with open(args.out, "w") as f:
                 json.dump({"world_size": world_size, "all_reduce_sum": value.item(),
                            "ranks": everyone}, f, indent=1)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from ddp_common import require_torchrun, setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
@@ -34,23 +35,6 @@ def parse_args():
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each method")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def point_to_point(rank, n, device, keep):
@@ -252,8 +236,7 @@ def main():
     if not all(2 <= k <= world_size for k in ring_world_sizes):
         sys.exit(f"--ring-world-sizes must lie between 2 and {world_size}")
 
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=dist.get_default_backend_for_device(device))
+    device = setup().device  # lesson 01: checks, device, process group
     seen = {}
 
     def keep(name, before, after):
@@ -272,7 +255,7 @@ def main():
                   f"all_reduce {ring['seconds']['all_reduce'] * 1e3:.1f} ms")
         if args.out:
             write_json(args, world_size, seen, rings, everyone)
-    dist.destroy_process_group()
+    teardown()
 
 
 def write_json(args, world_size, seen, rings, everyone):

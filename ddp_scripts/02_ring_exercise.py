@@ -4,13 +4,11 @@ Each rank compares its result with dist.all_reduce's and counts the elements it 
 """
 
 import argparse
-import datetime
 import json
-import os
-import sys
 
 import torch
 import torch.distributed as dist
+from ddp_common import setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 
 sent = 0  # elements this rank handed to exchange()
@@ -51,11 +49,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=20, help="seconds, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    if "RANK" not in os.environ:
-        sys.exit(f"{sys.argv[0]}: RANK not set: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank, _, n, _ = setup("cpu", timeout_s=args.timeout)  # CPU tensors, Gloo: lesson 01
     results = []
     for size in args.sizes:
         t = torch.randint(-100, 100, (size,), generator=torch.Generator().manual_seed(rank))
@@ -72,7 +66,7 @@ def main():
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump({"world_size": n, "ranks": everyone}, f, indent=1)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from ddp_common import pick_device, require_torchrun, setup, teardown
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.elastic.multiprocessing.errors import record
@@ -50,23 +51,6 @@ def parse_args():
                              "(takes seconds: a process's first DDP imports torch._dynamo)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def check_backend(backend):
@@ -228,11 +212,11 @@ def main():
     if world_size < 2:
         sys.exit("this script measures messages between ranks: start at least 2 processes")
 
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
+    device = pick_device()  # lesson 01
     backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
         else args.backend
     check_backend(backend)
-    dist.init_process_group(backend=backend)
+    setup(device.type, backend)  # the group, with this backend
 
     supported = probe_operations(device)
     reduce_ops = probe_reduce_ops(device)
@@ -268,7 +252,7 @@ def main():
                            "ddp_buckets": buckets, "rows": rows, "bucketing": bucketing,
                            "threads": torch.get_num_threads(),  # what the copy could use
                            "environment": knobs}, f, indent=1)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

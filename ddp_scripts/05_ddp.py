@@ -16,7 +16,6 @@ Rank 0 prints a summary and, with --out, writes everything as JSON.
 """
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from ddp_common import require_torchrun, setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
@@ -47,23 +47,6 @@ def parse_args():
                              "tiny here to get several)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def make_model(seed, batchnorm=False):
@@ -225,12 +208,8 @@ def main():
     if args.batch % world_size:
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
 
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=dist.get_default_backend_for_device(device))
+    device = setup().device  # lesson 01: checks, device, process group
     found = run(rank, world_size, device, args)
-    # DDP objects can sit in reference cycles (the one whose construction SyncBatchNorm
-    # refused above certainly does); free them all before the group goes.
-    gc.collect()
     if is_rank0:
         for variant, result in found["equivalence"].items():
             print(f"{variant:16} max |DDP - single| = {result['max_abs_diff']:.2e}")
@@ -238,7 +217,7 @@ def main():
             with open(args.out, "w") as f:
                 json.dump({"world_size": world_size, "device": str(device),
                            "steps": args.steps, "batch": args.batch, **found}, f, indent=1)
-    dist.destroy_process_group()
+    teardown()  # gc.collect() first: the DDP objects go before the group
 
 
 if __name__ == "__main__":

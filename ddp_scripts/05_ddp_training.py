@@ -11,7 +11,6 @@ in float64 so that runs with different world sizes can be compared closely.
 """
 
 import argparse
-import gc
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from ddp_common import require_torchrun, setup, teardown
 from sklearn.datasets import load_digits
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -40,23 +40,6 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def load_data(seed):
@@ -158,17 +141,15 @@ def main():
     if args.batch % world_size:
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
 
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=dist.get_default_backend_for_device(device))
+    device = setup().device  # lesson 01: checks, device, process group
     facts, history, weights, sizes = train(rank, world_size, device, args, is_rank0)
-    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
     everyone = [None] * world_size
     dist.all_gather_object(everyone, facts)
     if is_rank0 and args.out:
         with open(args.out, "w") as f:
             json.dump({"world_size": world_size, "batch": args.batch, **sizes,
                        "sampler": everyone, "history": history, "weights": weights}, f)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

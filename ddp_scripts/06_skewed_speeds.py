@@ -30,7 +30,6 @@ as it would in real life.
 
 import argparse
 import contextlib
-import gc
 import hashlib
 import json
 import os
@@ -43,6 +42,7 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from ddp_common import require_torchrun, setup, teardown
 from torch.distributed.algorithms.join import Join
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -68,23 +68,6 @@ def parse_args():
     parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank, choice):
-    """cuda:LOCAL_RANK when GPUs are visible (and allowed), otherwise the CPU."""
-    if choice == "auto" and torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def make_model(device, buffers=False):
@@ -382,9 +365,7 @@ def main():
     slow = world_size - 1 if args.slow_rank is None else args.slow_rank
     if not 0 < slow < world_size:
         sys.exit(f"--slow-rank must be between 1 and {world_size - 1}: rank 0 reports")
-    device = pick_device(int(os.environ["LOCAL_RANK"]), args.device)
-    dist.init_process_group(backend=dist.get_default_backend_for_device(device),
-                            timeout=timedelta(seconds=args.timeout))
+    device = setup(args.device, timeout_s=args.timeout).device  # lesson 01
 
     if args.stall_at is not None:
         stall(rank, slow, args, device)
@@ -409,7 +390,6 @@ def main():
     mine["join_metric"] = join_with_a_metric(rank, args, device, throw=False)
     dist.barrier()
     mine["join_metric_throw"] = join_with_a_metric(rank, args, device, throw=True)
-    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
 
     everyone = [None] * world_size
     dist.all_gather_object(everyone, mine)
@@ -418,7 +398,7 @@ def main():
             found[key] = [r[key] for r in everyone]
         with open(args.out, "w") as f:
             json.dump(found, f)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

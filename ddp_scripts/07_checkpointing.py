@@ -25,7 +25,6 @@ file system). By default rank 0 makes a temporary folder and removes it at the e
 """
 
 import argparse
-import gc
 import io
 import itertools
 import json
@@ -43,6 +42,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
+from ddp_common import require_torchrun, setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
@@ -71,23 +71,6 @@ def parse_args():
                         help="only load the DCP checkpoint in DIR and check it")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 # The training run: everything a checkpoint must capture -----------------------------
@@ -600,17 +583,15 @@ def main():
     args = parse_args()
     require_torchrun()
     rank = int(os.environ["RANK"])
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(backend=dist.get_default_backend_for_device(device))
+    device = setup().device  # lesson 01: checks, device, process group
     if args.dcp_load:
         found = dcp_load(args.dcp_load, rank, device)
     else:
         found = experiments(args, rank, device)
-    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump(found, f)
-    dist.destroy_process_group()
+    teardown()
 
 
 def experiments(args, rank, device):

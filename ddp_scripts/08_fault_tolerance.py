@@ -21,7 +21,6 @@ several nodes be shared); by default a folder named after the job in the temp fo
 """
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -37,6 +36,7 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from ddp_common import pick_device, require_torchrun, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -65,23 +65,6 @@ def parse_args():
     parser.add_argument("--dir", help="checkpoints and events (must outlive the processes)")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
-
-
-def require_torchrun():
-    """Stop with a clear message when started by plain `python`."""
-    missing = [name for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 --max-restarts=3 {sys.argv[0]}")
-
-
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
 
 
 def launcher_store(world_size, timeout=timedelta(seconds=60)):
@@ -301,7 +284,7 @@ def main():
     folder.mkdir(parents=True, exist_ok=True)
     events = Events(folder, rank, restart)
     events.add("start", pid=os.getpid(), addresses_in_store=addresses_in_store(world_size))
-    device = pick_device(int(os.environ["LOCAL_RANK"]))
+    device = pick_device()
     backend = dist.get_default_backend_for_device(device)
     timeout = timedelta(seconds=args.timeout)
     if args.slow_rejoin:
@@ -316,7 +299,6 @@ def main():
 
     resumed = train(args, rank, device, folder, events, restart, kill_rank)
     reference = uninterrupted(args, rank, device)
-    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
     dist.barrier()
     if rank == 0:
         found = {"world_size": world_size, "backend": backend, "steps": args.steps,
@@ -333,7 +315,7 @@ def main():
                 json.dump(found, f)
         if args.dir is None:
             shutil.rmtree(folder)
-    dist.destroy_process_group()
+    teardown()
 
 
 if __name__ == "__main__":

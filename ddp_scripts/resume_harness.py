@@ -7,11 +7,8 @@ epochs. Once uninterrupted; once stopped in the middle of epoch 2, saved, rebuil
 scratch (other initial weights), loaded, and finished. Both must end bit for bit equal."""
 
 import argparse
-import datetime
-import gc
 import itertools
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,6 +18,7 @@ import torch
 import torch._dynamo  # noqa: F401  before the process group exists: see experiment() below
 import torch.distributed as dist
 import torch.nn.functional as F
+from ddp_common import setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -129,16 +127,12 @@ def run_exercise(save_checkpoint, load_checkpoint):
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    if "RANK" not in os.environ:
-        sys.exit(f"{sys.argv[0]}: RANK not set: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    setup("cpu", timeout_s=args.timeout)  # lesson 01; CPU and Gloo: the lesson is the files
     torch.save = slow_disk(torch.save, args.slow_disk)
     rank = dist.get_rank()
     folder = [tempfile.mkdtemp(prefix="ddp-course-07-exercise-") if rank == 0 else None]
     dist.broadcast_object_list(folder, src=0)  # every rank uses rank 0's folder
     found = experiment(save_checkpoint, load_checkpoint, Path(folder[0]))
-    gc.collect()  # DDP objects can sit in reference cycles: free them before the group goes
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, found)
     if rank == 0:
@@ -148,4 +142,4 @@ def run_exercise(save_checkpoint, load_checkpoint):
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(everyone, f)
-    dist.destroy_process_group()
+    teardown()

@@ -1,3 +1,4 @@
+import shutil
 import sys
 from pathlib import Path
 
@@ -38,3 +39,13 @@ def pytest_runtest_makereport(item, call):
 def executed_lessons(request) -> dict:
     """{notebook stem: executed notebook (bytes)}: the lessons executed so far."""
     return request.config.stash.setdefault(EXECUTED_LESSONS, {})
+
+
+@pytest.fixture
+def scripts_dir(tmp_path):
+    """A folder for variants of a companion script (a typical wrong answer), holding the
+    modules the scripts import (ddp_common.py and the exercises' harnesses): a script
+    imports them from its own folder, as in ddp_scripts/."""
+    for module in (REPO / "ddp_scripts").glob("[!0-9]*.py"):
+        shutil.copy(module, tmp_path / module.name)
+    return tmp_path

@@ -14,10 +14,10 @@ BLOCKING = """\
 """
 
 
-def test_blocking_send_before_recv_hangs_until_gloo_timeout(tmp_path):
+def test_blocking_send_before_recv_hangs_until_gloo_timeout(scripts_dir):
     source = (REPO / "ddp_scripts" / "02_ring_exercise.py").read_text()
     assert source.count(SOLUTION) == 1
-    script = tmp_path / "02_ring_blocking.py"
+    script = scripts_dir / "02_ring_blocking.py"
     script.write_text(source.replace(SOLUTION, BLOCKING))
     # A hang past the launch's 60 s would raise LaunchTimeout; Gloo's 3 s end it first.
     result = launch(str(script), "--timeout", "3", "--sizes", "1", nproc=2, timeout=60,

@@ -1,12 +1,9 @@
 """Lesson 07, exercise 4 (ddp_scripts/07_resume_exercise.py with resume_harness.py): typical
 wrong answers, launched, get the harness's verdict: a checkpoint of the model alone resumes
 to other weights, a rank that does not wait finds no file, every rank writing is refused."""
-import shutil
-
 from tools.launch import REPO, launch
 
 SAVE = REPO / "ddp_scripts" / "07_resume_exercise.py"
-HARNESS = REPO / "ddp_scripts" / "resume_harness.py"
 
 MODEL_ONLY_NO_BARRIER = '''
 def save_checkpoint(path, model, optimizer, scheduler, step):
@@ -34,13 +31,13 @@ def load_checkpoint(path, model, optimizer, scheduler):
 '''
 
 
-def answer(tmp_path, functions):
-    """The exercise script with the learner's two functions replaced by `functions`."""
+def answer(scripts_dir, functions):
+    """The exercise script with the learner's two functions replaced by `functions` (the
+    harness is in `scripts_dir` already)."""
     source = SAVE.read_text()
     start, end = source.index("\ndef save_checkpoint"), source.index('\nif __name__')
-    script = tmp_path / SAVE.name
+    script = scripts_dir / SAVE.name
     script.write_text(source[:start] + functions + "\n" + source[end:])
-    shutil.copy(HARNESS, tmp_path / HARNESS.name)
     return script
 
 
@@ -49,8 +46,8 @@ def problems(script, *args):
     return [problem for rank in result.data for problem in rank["problems"]]
 
 
-def test_model_only_without_a_barrier(tmp_path):
-    found = problems(answer(tmp_path, MODEL_ONLY_NO_BARRIER), "--slow-disk", "3")
+def test_model_only_without_a_barrier(scripts_dir):
+    found = problems(answer(scripts_dir, MODEL_ONLY_NO_BARRIER), "--slow-disk", "3")
     assert ("rank 1 found no complete checkpoint.pt when save_checkpoint returned: the other "
             "ranks must wait until rank 0 has written it") in found
     assert not any(p.startswith("rank 0 found") for p in found)  # rank 0 wrote it
@@ -58,7 +55,7 @@ def test_model_only_without_a_barrier(tmp_path):
         assert any(p.startswith(f"rank {rank}: the resumed weights differ") for p in found)
 
 
-def test_every_rank_writing_is_refused(tmp_path):
-    found = problems(answer(tmp_path, EVERY_RANK_WRITES))
+def test_every_rank_writing_is_refused(scripts_dir):
+    found = problems(answer(scripts_dir, EVERY_RANK_WRITES))
     assert found == ["rank 1 called torch.save 1 times: only rank 0 writes the checkpoint "
                      "(every rank holds the same weights)"]

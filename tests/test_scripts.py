@@ -329,3 +329,29 @@ def test_torch_dynamo_imported_after_the_group_keeps_gloo_threads_past_destroy()
     assert len(late) == len(first) == 2
     assert all("pt_gloo_runloop" in line for line in late), late
     assert not any("gloo" in line for line in first), first
+
+
+def test_a_ddp_model_in_a_reference_cycle_keeps_gloo_threads_unless_collected_first():
+    """Why ddp_common.teardown calls gc.collect() before destroy_process_group (lesson 01)."""
+    def threads(*args):
+        result = launch("tests/fixtures/gloo_threads.py", "--import-first", "--cycle", *args,
+                        nproc=2, timeout=90, echo=False)
+        return [line for line in result.output.splitlines() if "threads after destroy" in line]
+
+    kept, collected = threads(), threads("--collect")
+    assert len(kept) == len(collected) == 2
+    assert all("pt_gloo_runloop" in line for line in kept), kept
+    assert not any("gloo" in line for line in collected), collected
+
+
+def test_ddp_common_checks_a_launch_and_refuses_plain_python():
+    """ddp_scripts/ddp_common.py (lesson 01), run on its own: every rank joins, the sum of
+    the ones is the world size; without torchrun it names what is missing."""
+    result = launch("ddp_scripts/ddp_common.py", nproc=3, timeout=120, echo=False)
+    for rank in range(3):
+        assert f"rank {rank} of 3 on cpu with gloo: the sum of 3 ones is 3" in result.output \
+            or torch.cuda.is_available()
+    plain = launch("ddp_scripts/ddp_common.py", nproc=None, timeout=60, echo=False,
+                   expect_failure=True)
+    assert "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK" in plain.output
+    assert "start it with torchrun" in plain.output

@@ -1,0 +1,91 @@
+"""The set-up every companion script from lesson 01 on shares (lesson 01 explains it).
+
+    from ddp_common import setup, teardown
+
+    world = setup()  # checks torchrun started us, picks the device, joins the group
+    ...              # the lesson's own code: world.rank, world.device, ...
+    teardown()       # leaves the group
+
+Run on its own, it checks that a launch works on this machine:
+
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/ddp_common.py
+"""
+
+import argparse
+import datetime
+import gc
+import os
+import sys
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                      "MASTER_ADDR", "MASTER_PORT")
+
+
+def require_torchrun():
+    """Stop with a clear message when started by plain `python` (lesson 00)."""
+    missing = [name for name in TORCHRUN_VARIABLES if name not in os.environ]
+    if missing:
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
+                 f"of a distributed job: start it with torchrun, for example\n"
+                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
+
+
+def pick_device(choice="auto"):
+    """cuda:LOCAL_RANK when GPUs are wanted (auto: visible), made the current GPU;
+    otherwise the CPU."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    visible = torch.cuda.device_count()
+    if visible == 0:
+        sys.exit("--device cuda, but no GPU is visible: use --device cpu (or auto)")
+    local_world_size = int(os.environ["LOCAL_WORLD_SIZE"])
+    if local_world_size > visible:
+        # Every rank checks this before joining the group, so all of them stop.
+        sys.exit(f"{local_world_size} process(es) on this node but {visible} visible GPU(s) "
+                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}). "
+                 f"Use --nproc-per-node={visible}, or --device cpu.")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)  # NCCL and the object collectives use the current GPU
+    return device
+
+
+class World(NamedTuple):
+    """Who this process is (from torchrun's variables) and the device it uses."""
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+
+def setup(device="auto", backend="auto", timeout_s=None):
+    """Check torchrun started us, pick the device, join the default process group."""
+    require_torchrun()
+    picked = pick_device(device)
+    if backend == "auto":
+        backend = dist.get_default_backend_for_device(picked)  # cuda: nccl, cpu: gloo
+    timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, timeout=timeout,
+                            device_id=picked if picked.type == "cuda" else None)
+    return World(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]),
+                 int(os.environ["WORLD_SIZE"]), picked)
+
+
+def teardown():
+    """Leave the group: DDP objects in reference cycles are freed first."""
+    gc.collect()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    world = setup()
+    ones = torch.ones(1, device=world.device)
+    dist.all_reduce(ones)
+    print(f"rank {world.rank} of {world.world_size} on {world.device} with "
+          f"{dist.get_backend()}: the sum of {world.world_size} ones is {ones.item():g}")
+    teardown()
