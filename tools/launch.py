@@ -178,22 +178,23 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
 def launch_ranks(script: str, *args, nproc: int = 2, world_size: int | None = None,
                  only_ranks: list[int] | None = None, timeout: float = 120,
                  out: bool | str | Path = False, expect_failure: bool = False,
-                 echo: bool = True, env: dict | None = None,
-                 cwd: str | Path = REPO) -> LaunchResult:
+                 echo: bool = True, env: dict | None = None, cwd: str | Path = REPO,
+                 names: tuple[str, str, str] = ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+                 ) -> LaunchResult:
     """Start ``nproc`` plain Python processes, the way a scheduler or a hand-written
     launcher would: each gets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` (``world_size``,
     default ``nproc``; larger makes a world that never fills) and nothing else, so the
-    script must find the others by its own init method. ``only_ranks`` starts just those
-    ranks. Lines are prefixed ``[rankN]:``. As torchrun does, once one process fails the
-    others are stopped."""
+    script must find the others by its own init method. ``names`` renames the three, as
+    a scheduler names them (Slurm's srun: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS).
+    ``only_ranks`` starts just those ranks. Lines are prefixed ``[rankN]:``. As torchrun
+    does, once one process fails the others are stopped."""
     world_size = nproc if world_size is None else world_size
     ranks = range(nproc) if only_ranks is None else only_ranks
 
     def build(args):
         processes = []
         for rank in ranks:
-            variables = {"RANK": str(rank), "LOCAL_RANK": str(rank),
-                         "WORLD_SIZE": str(world_size)}
+            variables = dict(zip(names, (str(rank), str(rank), str(world_size))))
             shown = [*(f"{k}={v}" for k, v in variables.items()), "python", str(script),
                      *args]
             processes.append(_Process(f"rank{rank}", shown,

@@ -1,0 +1,55 @@
+"""Exercise (lesson 03): the mean of a tensor over the ranks, for floating-point and integer
+tensors alike, on Gloo. Rank r holds [r + 1, r + 2, r + 3] in each dtype; rank 0 writes
+what each dtype gave as JSON.
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/03_mean_exercise.py
+"""
+
+import argparse
+import json
+
+import torch
+import torch.distributed as dist
+from ddp_common import setup, teardown
+
+DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def mean_over_ranks(tensor):
+    """A new floating-point tensor holding the mean of `tensor` over all ranks; `tensor`
+    itself is left as it is, whatever its dtype."""
+    # STUB: result = tensor.clone()
+    # STUB: dist.all_reduce(result, op=dist.ReduceOp.AVG)
+    # STUB: return result
+    ### BEGIN SOLUTION
+    total = tensor.to(torch.float64, copy=True)  # integers are exact in float64 up to 2**53
+    dist.all_reduce(total)  # SUM: every backend has it, for every dtype
+    return total / dist.get_world_size()
+    ### END SOLUTION
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--timeout", type=float, default=20, help="seconds, then Gloo gives up")
+    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
+    args = parser.parse_args()
+    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # Gloo: lesson 01
+    found = {}
+    for dtype in DTYPES:
+        mine = torch.arange(1, 4, dtype=dtype) + rank
+        try:
+            mean = mean_over_ranks(mine)
+        except (RuntimeError, ValueError) as error:  # raised on every rank alike
+            found[str(dtype)] = {"error": str(error).splitlines()[0]}
+            continue
+        found[str(dtype)] = {"mean": mean.tolist(), "dtype": str(mean.dtype),
+                             "input_kept": mine.tolist() == (torch.arange(1, 4) + rank).tolist()}
+    print(f"rank {rank}: {found}")
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({"world_size": world_size, "means": found}, f, indent=1)
+    teardown()
+
+
+if __name__ == "__main__":
+    main()
