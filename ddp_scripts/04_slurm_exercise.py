@@ -38,6 +38,8 @@ def main():
     parser.add_argument("--timeout", type=float, default=10, help="seconds, then give up")
     parser.add_argument("--out", help="rank 0 writes what every rank found as JSON")
     args = parser.parse_args()
+    torchrun_variables = [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                          if name in os.environ]  # what the launcher gave, before join()
     if "SLURM_PROCID" not in os.environ:
         sys.exit(f"{sys.argv[0]}: SLURM_PROCID not set. This script is one task of a Slurm "
                  f"job step: start it with srun, or give each process SLURM_PROCID, "
@@ -49,8 +51,7 @@ def main():
     dist.all_reduce(ones)  # the world, checked: the sum of one 1 per rank
     mine = {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
             "SLURM_PROCID": os.environ["SLURM_PROCID"], "sum_of_ones": ones.item(),
-            "torchrun_variables": [name for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR",
-                                                     "MASTER_PORT") if name in os.environ]}
+            "torchrun_variables": torchrun_variables}
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     print(f"rank {mine['rank']} of {mine['world_size']}: the sum of ones is {ones.item():g}")

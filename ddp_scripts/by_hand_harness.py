@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 STEPS, BATCH = 4, 24  # the global batch: 24 divides by 1, 2, 3 and 4 ranks
 CAP = 4096  # step 3: a bucket is sent once it holds this many elements or more
 calls = []  # (seconds, async_op, elements) of every dist.all_reduce the learner's code makes
+waits = []  # seconds at which the learner's code waited on an asynchronous all-reduce
 
 
 def make_model():
@@ -60,10 +61,22 @@ def train(model, after_backward=lambda: None):
 
 
 def logged(all_reduce):
+    """dist.all_reduce, noting each call (and, for async_op=True, each wait on its work)."""
     def all_reduce_logged(tensor, *args, **kwargs):
-        calls.append((time.perf_counter(), bool(kwargs.get("async_op")), tensor.numel()))
-        return all_reduce(tensor, *args, **kwargs)
+        is_async = bool(kwargs.get("async_op", args[2] if len(args) > 2 else False))
+        calls.append((time.perf_counter(), is_async, tensor.numel()))
+        work = all_reduce(tensor, *args, **kwargs)
+        return WaitLogged(work) if is_async else work
     return all_reduce_logged
+
+
+class WaitLogged:
+    def __init__(self, work):
+        self.work = work
+
+    def wait(self, *args, **kwargs):
+        waits.append(time.perf_counter())
+        return self.work.wait(*args, **kwargs)
 
 
 def by_hand(attach, after_backward):
@@ -73,16 +86,19 @@ def by_hand(attach, after_backward):
     for k, p in enumerate(model.parameters()):  # runs before any hook the learner adds
         p.register_post_accumulate_grad_hook(lambda p, k=k: order.append(k))
     attach(model, pending)
-    calls.clear()
+    calls.clear(), waits.clear()
     weights, steps = train(model, lambda: after_backward(model, pending))
-    return weights, timeline(steps, list(calls)), order[:len(order) // STEPS]
+    return weights, timeline(steps, list(calls), list(waits)), order[:len(order) // STEPS]
 
 
-def timeline(steps, made):
-    """Per step: each all-reduce's start in ms from backward's start, async_op, elements."""
+def timeline(steps, made, waited):
+    """Per step, in ms from backward's start: each all-reduce's start (with async_op and its
+    elements), and each wait on an asynchronous one."""
+    def within(k, t):
+        return steps[k][0] <= t and (k + 1 == len(steps) or t < steps[k + 1][0])
     return [{"backward_ms": 1e3 * (end - start),
-             "all_reduces": [[1e3 * (t - start), op, n] for t, op, n in made if start <= t
-                             and (k + 1 == len(steps) or t < steps[k + 1][0])]}
+             "all_reduces": [[1e3 * (t - start), op, n] for t, op, n in made if within(k, t)],
+             "waits": [1e3 * (t - start) for t in waited if within(k, t)]}
             for k, (start, end) in enumerate(steps)]
 
 

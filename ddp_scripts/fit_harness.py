@@ -67,7 +67,7 @@ def run_exercise(fit):
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
     rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
-    reported = fit(*build())
+    log["reported"] = reported = fit(*build())
     everyone = [None] * world_size
     dist.all_gather_object(everyone, log)
     print(f"rank {rank} reports accuracy {reported}", flush=True)

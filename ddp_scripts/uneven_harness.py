@@ -44,7 +44,7 @@ def reference(counts):
 def run_exercise(train):
     parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__)
     parser.add_argument("--batches", type=int, nargs=2, default=[4, 2], metavar=("MOST", "LAST"))
-    parser.add_argument("--timeout", type=float, default=5,
+    parser.add_argument("--timeout", type=float, default=10,
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
