@@ -4,6 +4,7 @@
 
     world = setup()  # checks torchrun started us, picks the device, joins the group
     ...              # the lesson's own code: world.rank, world.device, ...
+    del ddp          # a DDP model goes before the group does (lesson 05)
     teardown()       # leaves the group
 
 Run on its own, it checks that a launch works on this machine:
@@ -20,6 +21,7 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                       "MASTER_ADDR", "MASTER_PORT")
@@ -75,8 +77,13 @@ def setup(device="auto", backend="auto", timeout_s=None):
 
 
 def teardown():
-    """Leave the group: DDP objects in reference cycles are freed first."""
-    gc.collect()
+    """Leave the group, once no DDP model is left (lesson 05, "A clean exit")."""
+    gc.collect()  # frees DDP models caught in a reference cycle
+    alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+    if alive:
+        raise RuntimeError(f"teardown: {alive} DistributedDataParallel model(s) still alive; "
+                           "`del` them first (a model that outlives its process group can "
+                           "hang this process at exit: lesson 05, 'A clean exit')")
     dist.destroy_process_group()
 
 

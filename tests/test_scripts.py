@@ -355,3 +355,23 @@ def test_ddp_common_checks_a_launch_and_refuses_plain_python():
                    expect_failure=True)
     assert "RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK" in plain.output
     assert "start it with torchrun" in plain.output
+
+
+def test_a_ddp_model_deleted_after_its_group_hangs_the_rank_and_teardown_refuses_one():
+    """Why every script deletes its DDP model before teardown() (lesson 05, "A clean exit"):
+    deleted after destroy_process_group, the model's Reducer destroys the group holding the
+    GIL, while a Gloo thread freeing a collective's tensors waits for the GIL. The hung
+    rank sits on the fixture's `del model` line; deleted first, every round finishes."""
+    fixture = "tests/fixtures/ddp_outlives_group.py"
+    line = next(number for number, text in enumerate(open(fixture), start=1)
+                if "the Reducer destroys the group here" in text)
+    hung = launch(fixture, "--order", "model-last", "--rounds", "100", nproc=2, timeout=15,
+                  echo=False, expect_failure=True)
+    assert hung.returncode is None  # killed at the timeout
+    assert f"<module> (ddp_outlives_group.py:{line})" in hung.output  # py-spy's stack
+    fine = launch(fixture, "--order", "model-first", "--rounds", "100", nproc=2, timeout=120,
+                  echo=False)
+    assert fine.output.count("round 99 done") == 2
+    refused = launch(fixture, "--rounds", "1", "--teardown", nproc=2, timeout=120, echo=False,
+                     expect_failure=True)
+    assert "teardown: 1 DistributedDataParallel model(s) still alive" in refused.output
