@@ -11,7 +11,7 @@ def init_for_restarts(rank, world_size, restart, timeout):
     """Join the default group with Gloo; `restart` is TORCHELASTIC_RESTART_COUNT."""
     # STUB: dist.init_process_group("gloo", timeout=timeout)
     ### BEGIN SOLUTION
-    store = dist.PrefixStore(f"restart-{restart}", agent_store(timeout))
+    store = dist.PrefixStore(f"restart-{restart}", agent_store())
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                             timeout=timeout)
     ### END SOLUTION

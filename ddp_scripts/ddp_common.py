@@ -3,8 +3,8 @@
     from ddp_common import setup, teardown
 
     world = setup()  # checks torchrun started us, picks the device, joins the group
-    ...              # the lesson's own code: world.rank, world.device, ...
-    del ddp          # a DDP model goes before the group does (lesson 05)
+    ...              # the lesson's own code: world.rank, world.device, a DDP model ...
+    del ddp          # any DDP model goes first (lesson 05, "A clean exit")
     teardown()       # leaves the group
 
 Run on its own, it checks that a launch works on this machine:
@@ -82,8 +82,8 @@ def teardown():
     alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
     if alive:
         raise RuntimeError(f"teardown: {alive} DistributedDataParallel model(s) still alive; "
-                           "`del` them first (a model that outlives its process group can "
-                           "hang this process at exit: lesson 05, 'A clean exit')")
+                           "`del` them first (freeing a model after its process group is "
+                           "gone can hang this process: lesson 05, 'A clean exit')")
     dist.destroy_process_group()
 
 

@@ -3,7 +3,8 @@ init_for_restarts. Not a script of its own: the exercise calls run_exercise(init
 Start it with torchrun --max-restarts=1. Attempt 0: every rank joins with
 init_for_restarts, all-reduces, leaves; then the last rank fails on purpose, so torchrun
 restarts the group. Attempt 1: rank 0 joins --late seconds after the others (a slow node),
-the ranks all-reduce ones, and rank 0 writes what it found as JSON. CPU and Gloo."""
+and the ranks all-reduce ones. After joining, rank 0 notes the keys in the agent's store;
+in attempt 1 it writes them, both attempts', as JSON. CPU and Gloo."""
 
 import argparse
 import os
@@ -18,7 +19,7 @@ from ddp_common import require_torchrun
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
-def agent_store(timeout):
+def agent_store(timeout=timedelta(seconds=60)):
     """A client of the store that torchrun's agent hosts and keeps across restarts."""
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                          int(os.environ["WORLD_SIZE"]), is_master=False, timeout=timeout)
@@ -46,21 +47,26 @@ def run_exercise(init_for_restarts):
     require_torchrun()  # lesson 00
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         sys.exit("torchrun does not share its store here (TORCH_DISABLE_SHARE_RDZV_TCP_STORE "
-                 "set, or a torch before 2.4): nothing to fix")
+                 "is set, or a torch that does not share it, such as 2.3): nothing to fix")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     timeout = timedelta(seconds=args.timeout)
+    store = agent_store()
     if restart > 0:
-        arrive(agent_store(timeout), f"restart-exercise-arrived-{restart}", world_size)
+        arrive(store, f"exercise-arrived-{restart}", world_size)
         if rank == 0:
             time.sleep(args.late)
     init_for_restarts(rank, world_size, restart, timeout)
     ones = torch.ones(1)
-    dist.all_reduce(ones)
+    dist.all_reduce(ones)  # every rank has joined: all their keys are in the store
     dist.destroy_process_group()
+    if rank == 0:
+        keys = sorted(k for k in store.list_keys() if not k.startswith("exercise-"))
+        store.set(f"exercise-keys-{restart}", json.dumps(keys))
     if restart == 0 and rank == world_size - 1:
         sys.exit(f"attempt 0: rank {rank} fails on purpose")
     if rank == 0 and args.out and restart > 0:
         with open(args.out, "w") as f:
-            json.dump({"world_size": world_size, "restart": restart,
-                       "sum_of_ones": ones.item()}, f)
+            json.dump({"world_size": world_size, "restart": restart, "sum_of_ones": ones.item(),
+                       "keys_attempt_0": json.loads(store.get("exercise-keys-0")),
+                       "keys_attempt_1": keys}, f)

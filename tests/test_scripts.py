@@ -365,7 +365,7 @@ def test_a_ddp_model_deleted_after_its_group_hangs_the_rank_and_teardown_refuses
     fixture = "tests/fixtures/ddp_outlives_group.py"
     line = next(number for number, text in enumerate(open(fixture), start=1)
                 if "the Reducer destroys the group here" in text)
-    hung = launch(fixture, "--order", "model-last", "--rounds", "100", nproc=2, timeout=15,
+    hung = launch(fixture, "--order", "model-last", "--rounds", "100", nproc=2, timeout=30,
                   echo=False, expect_failure=True)
     assert hung.returncode is None  # killed at the timeout
     assert f"<module> (ddp_outlives_group.py:{line})" in hung.output  # py-spy's stack
