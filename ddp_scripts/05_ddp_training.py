@@ -5,7 +5,8 @@ package: 1797 images of 8x8 pixels, no download) with DistributedSampler, set_ep
 metrics reduced across ranks and rank-0 logging. Before training it records what the
 sampler hands each rank; after each epoch it evaluates on the test set three ways:
 on one process, and split across the ranks both naively and correctly. The model is
-in float64 so that runs with different world sizes can be compared closely.
+in float64 so that runs with different world sizes can be compared closely; with
+--alone, rank 0 then trains it again in a group of one process, for that comparison.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/05_ddp_training.py
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
@@ -38,6 +40,8 @@ def parse_args():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--alone", action="store_true",
+                        help="then rank 0 trains the same model again, on its own")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
 
@@ -142,14 +146,24 @@ def main():
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
 
     device = setup().device  # lesson 01: checks, device, process group
+    start = time.perf_counter()
     facts, history, weights, sizes = train(rank, world_size, device, args, is_rank0)
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, facts)
+    found = {"world_size": world_size, "batch": args.batch, **sizes, "history": history,
+             "weights": weights, "seconds": time.perf_counter() - start}
+    found["sampler"] = [None] * world_size
+    dist.all_gather_object(found["sampler"], facts)
+    teardown()
+    if is_rank0 and args.alone:  # the same training on one process, in a group of one
+        dist.init_process_group(dist.get_default_backend_for_device(device),
+                                store=dist.HashStore(), rank=0, world_size=1)
+        start = time.perf_counter()
+        _, history, weights, _ = train(0, 1, device, args, is_rank0=False)
+        found["alone"] = {"history": history, "weights": weights,
+                          "seconds": time.perf_counter() - start}
+        teardown()
     if is_rank0 and args.out:
         with open(args.out, "w") as f:
-            json.dump({"world_size": world_size, "batch": args.batch, **sizes,
-                       "sampler": everyone, "history": history, "weights": weights}, f)
-    teardown()
+            json.dump(found, f)
 
 
 if __name__ == "__main__":
