@@ -79,7 +79,7 @@ def setup(device="auto", backend="auto", timeout_s=None):
 def teardown():
     """Leave the group, once no DDP model is left (lesson 05, "A clean exit")."""
     gc.collect()  # frees DDP models caught in a reference cycle
-    alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
+    alive = sum(issubclass(type(o), DistributedDataParallel) for o in gc.get_objects())
     if alive:
         raise RuntimeError(f"teardown: {alive} DistributedDataParallel model(s) still alive; "
                            "`del` them first (freeing a model after its process group is "
