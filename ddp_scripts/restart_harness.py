@@ -7,8 +7,8 @@ and the ranks all-reduce ones. After joining, rank 0 notes the keys in the agent
 in attempt 1 it writes them, both attempts', as JSON. CPU and Gloo."""
 
 import argparse
-import os
 import json
+import os
 import sys
 import time
 from datetime import timedelta
