@@ -51,6 +51,30 @@ def test_failure_raises_with_the_scripts_error():
     assert caught.value.result.returncode == 1
 
 
+def test_a_rank_still_printing_does_not_push_the_error_out_of_the_message(tmp_path):
+    """Rank 1 fails; only then does rank 0 print 60 lines. The message still shows rank
+    1's error (it once showed only the last 20 lines of all ranks together)."""
+    flag = tmp_path / "rank1-said-it"
+    script = tmp_path / "chatter.py"
+    script.write_text(
+        "import os, sys, time\n"
+        f"flag = {str(flag)!r}\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    print('rank 1 gives up: no data', file=sys.stderr, flush=True)\n"
+        "    open(flag, 'w').close()\n"
+        "    time.sleep(2)\n"
+        "    sys.exit(3)\n"
+        "while not os.path.exists(flag):\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(0.5)\n"
+        "for i in range(60):\n"
+        "    print(f'rank 0 still working, step {i}', flush=True)\n")
+    with pytest.raises(LaunchError) as caught:
+        launch(str(script), nproc=2, timeout=60, echo=False)
+    assert "rank 1 gives up: no data" in str(caught.value)
+    assert "rank 0 still working, step 59" in str(caught.value)
+
+
 def test_expected_failure_returns_the_output():
     result = launch("tests/fixtures/fail.py", nproc=2, timeout=60, expect_failure=True,
                     echo=False)

@@ -98,14 +98,21 @@ class LaunchResult:
         return "\n".join(self.output.splitlines()[-n:])
 
     def summary(self, n: int = RANK_LINES) -> str:
-        """What a person needs to see of a failed run: the last lines the ranks printed
-        (the script's own error) and torchrun's failure report, without torchrun's
-        own Python traceback in between. Falls back to the plain tail."""
+        """What a person needs to see of a failed run: the last lines each rank printed
+        (the script's own error: a rank that is still chatting cannot push out the error
+        of one that stopped), about `n` in all, and torchrun's failure report, without
+        torchrun's own Python traceback in between. Falls back to the plain tail."""
         lines = self.output.splitlines()
         parts = []
-        from_ranks = [line for line in lines if _LABELLED.match(line)][-n:]
-        if from_ranks:
-            parts.append("Last lines from the ranks:\n" + "\n".join(from_ranks))
+        by_rank: dict[str, list[str]] = {}
+        for line in lines:
+            label = _LABELLED.match(line)
+            if label:
+                by_rank.setdefault(label.group(0), []).append(line)
+        if by_rank:
+            each = max(5, n // len(by_rank))
+            parts.append("Last lines from the ranks:\n" + "\n".join(
+                line for rank in by_rank.values() for line in rank[-each:]))
         starts = [i for i, line in enumerate(lines) if line.endswith(" FAILED")]
         if starts:
             parts.append("torchrun's report:\n" + "\n".join(lines[starts[-1]:]))
