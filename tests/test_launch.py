@@ -2,6 +2,8 @@
 rank's stack), no fixed port."""
 import os
 import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -9,6 +11,7 @@ import pytest
 
 from tools.launch import (
     KILL_GRACE_S,
+    REPO,
     STACKS_LIMIT_S,
     LaunchError,
     LaunchTimeout,
@@ -186,3 +189,25 @@ def test_launch_nodes_forms_one_job_from_two_agents():
     assert result.data["world_size"] == "2"
     assert "[node0] [default0]:ok first line" in result.output
     assert "[node1] [default0]:ok first line" in result.output
+
+
+def test_gpu_check_agrees_with_torch_and_spares_the_kernel_importing_it():
+    """`cpu_unless_enough_gpus` runs in every lesson's kernel; where no GPU device file
+    exists it answers without importing torch (about 2 s), and its answer must be the one
+    torch gives."""
+    code = ("import sys; from tools.launch import cpu_unless_enough_gpus, no_gpu_possible; "
+            "print(no_gpu_possible(), cpu_unless_enough_gpus(64) == {}, "
+            "'torch' in sys.modules)")
+    fast, empty, imported = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+        check=True, timeout=120).stdout.split()
+    import torch
+
+    gpus = torch.cuda.device_count()
+    if fast == "True":
+        assert gpus == 0  # the short answer is only given where torch would count none
+    if sys.platform == "linux" and not any(
+            name.startswith(("nvidia", "dxg", "kfd")) for name in os.listdir("/dev")):
+        assert fast == "True"  # no GPU device file at all (CI, most laptops): no import
+    assert empty == str(gpus == 0)  # 64 processes: hidden unless there are no GPUs at all
+    assert imported == str(fast == "False")  # torch is imported only when it must count

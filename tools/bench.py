@@ -1,8 +1,11 @@
 """`make bench`: the figures the course's budgets are about, measured on this machine.
 
 * the cost of one 2-rank torchrun launch of a minimal script (init and destroy a
-  process group) against a bare `python -c "import torch"`, medians of several runs;
-* the execution time of each lesson under papermill, and of the whole course;
+  process group) against a bare `python -c "import torch"`, and of one that also builds a
+  DDP model (whose constructor imports torch._dynamo), medians of several runs;
+* the execution time of each lesson under papermill, and of the whole course, with the
+  number of launches each lesson makes: every launch pays the start-up above, so that
+  number times the minimal launch is the lesson's floor on this machine;
 * lesson 02's hand-written ring all-reduce against dist.all_reduce (4 MiB, 2 and 4 ranks).
 
 Budgets (on 2 CPU cores): a launch at most 3x the bare import; a lesson under 30 s;
@@ -30,6 +33,17 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 dist.destroy_process_group()
 """
+MINIMAL_DDP_SCRIPT = """\
+import torch
+import torch._dynamo  # noqa: F401  before the group, as every DDP script of the course
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(2, 2))
+del model
+dist.destroy_process_group()
+"""
 LAUNCH_BUDGET_RATIO = 3.0
 LESSON_BUDGET_S = 30.0
 COURSE_BUDGET_S = 300.0
@@ -54,6 +68,23 @@ def ring_ratios() -> dict[int, float]:
             / ring["timing"]["seconds"]["all_reduce"] for ring in data["rings"]}
 
 
+def launches_in(executed: Path) -> int:
+    """How many launches an executed lesson made: `launch`, `launch_ranks` and
+    `launch_nodes` echo each command as `$ ...`, one line per process that ends in ` &`
+    when a launch starts several."""
+    count = 0
+    for cell in nbformat.read(executed, as_version=4).cells:
+        together = False  # a cell's stream may come in several outputs
+        for output in cell.get("outputs", []):
+            for line in output.get("text", "").splitlines():
+                if line.startswith("$ "):
+                    count += not together
+                    together = line.endswith(" &")
+                elif line.strip():
+                    together = False
+    return count
+
+
 def verdict(ok: bool) -> str:
     return "within budget" if ok else "OVER BUDGET"
 
@@ -66,19 +97,26 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as folder:
-        script = Path(folder) / "minimal.py"
+        script, ddp_script = Path(folder) / "minimal.py", Path(folder) / "minimal_ddp.py"
         script.write_text(MINIMAL_SCRIPT)
-        imports, launches = [], []
+        ddp_script.write_text(MINIMAL_DDP_SCRIPT)
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node=2"]
+        imports, launches, ddp_launches = [], [], []
         for i in range(args.repeats):
             imports.append(timed([sys.executable, "-c", "import torch"]))
-            launches.append(timed([sys.executable, "-m", "torch.distributed.run",
-                                   "--standalone", "--nproc-per-node=2", str(script)]))
+            launches.append(timed([*torchrun, str(script)]))
+            ddp_launches.append(timed([*torchrun, str(ddp_script)]))
             print(f"run {i + 1}/{args.repeats}: import torch {imports[-1]:.2f} s, "
-                  f"2-rank launch {launches[-1]:.2f} s", flush=True)
+                  f"2-rank launch {launches[-1]:.2f} s, with a DDP model "
+                  f"{ddp_launches[-1]:.2f} s", flush=True)
     bare, launch = statistics.median(imports), statistics.median(launches)
+    ddp_launch = statistics.median(ddp_launches)
     ratio = launch / bare
     print(f"\nmedian bare `import torch`:  {bare:.2f} s")
     print(f"median 2-rank torchrun:       {launch:.2f} s")
+    print(f"... with a DDP model:         {ddp_launch:.2f} s  (its constructor imports "
+          "torch._dynamo)")
     print(f"launch / import:              {ratio:.1f}x  (budget {LAUNCH_BUDGET_RATIO:g}x: "
           f"{verdict(ratio <= LAUNCH_BUDGET_RATIO)})")
     for n, ring_ratio in ring_ratios().items():
@@ -87,17 +125,21 @@ def main(argv=None) -> int:
     if args.skip_lessons:
         return 0
 
-    print("\nlesson                          seconds")
+    print(f"\nlesson                          seconds  launches  floor (launches x "
+          f"{launch:.1f} s)")
     with tempfile.TemporaryDirectory() as folder:
         workspace = make_workspace(Path(folder) / "course")
-        total = 0.0
+        total, total_launches = 0.0, 0
         for path in lessons():
-            seconds = execute(nbformat.read(path, as_version=4),
-                              Path(folder) / "out" / path.name, workspace)
+            executed = Path(folder) / "out" / path.name
+            seconds = execute(nbformat.read(path, as_version=4), executed, workspace)
+            count = launches_in(executed)
             total += seconds
-            print(f"{path.name:<30}  {seconds:7.1f}  {verdict(seconds < LESSON_BUDGET_S)}",
-                  flush=True)
-    print(f"{'whole course':<30}  {total:7.1f}  {verdict(total < COURSE_BUDGET_S)}")
+            total_launches += count
+            print(f"{path.name:<30}  {seconds:7.1f}  {count:8d}  {count * launch:5.0f} s   "
+                  f"{verdict(seconds < LESSON_BUDGET_S)}", flush=True)
+    print(f"{'whole course':<30}  {total:7.1f}  {total_launches:8d}  "
+          f"{total_launches * launch:5.0f} s   {verdict(total < COURSE_BUDGET_S)}")
     return 0
 
 
