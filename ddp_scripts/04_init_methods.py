@@ -47,8 +47,6 @@ def parse_args():
                         help="seconds to wait for the others before giving up")
     parser.add_argument("--tcp-timeout", type=float,
                         help="a timeout for tcp:// alone (default: --timeout)")
-    parser.add_argument("--rank0-delay", type=float, default=0.0,
-                        help="rank 0 starts this many seconds late")
     parser.add_argument("--crash-after-joining", action="store_true",
                         help="exit at once after joining, without leaving the group, "
                              "as a killed job would")
@@ -130,8 +128,6 @@ def main():
     device = pick_device(int(os.environ.get("LOCAL_RANK", "0")))
     backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
         else args.backend
-    if is_rank0 and args.rank0_delay:
-        time.sleep(args.rank0_delay)
 
     results = []
     for method in args.methods:

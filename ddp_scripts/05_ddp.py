@@ -149,7 +149,7 @@ def compare(variant, rank, world_size, device, args):
     every batch, against one process (here, on each rank) with the whole batch."""
     batchnorm = variant == "batchnorm"
     reduction = "sum" if variant.startswith("sum_loss") else "mean"
-    rows = args.batch - 1 if variant == "padded" else args.batch  # 31: not divisible
+    rows = args.batch - 1 if variant == "padded" else args.batch  # 47: no even split
     x, y = make_data(rows * args.steps)
     blocks = [(x[s * rows:(s + 1) * rows], y[s * rows:(s + 1) * rows])
               for s in range(args.steps)]
