@@ -1,6 +1,6 @@
-"""Exercise (lesson 04): join the group in a job started the way Slurm's srun starts one:
-each task gets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, and none of the variables
-torchrun sets. Rank 0 hosts the store at --addr:--port (on a cluster: the first node's
+"""Exercise (lesson 04 in practice): join the group in a job started the way Slurm's srun
+starts one: each task gets SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS, and none of the
+variables torchrun sets. Rank 0 hosts the store at --addr:--port (on a cluster: the first node's
 address, which a batch script reads from Slurm's node list). Each rank then checks the world.
 
     SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NTASKS=2 python ddp_scripts/04_slurm_exercise.py \\

@@ -19,13 +19,14 @@ Experiments 2 to 4 and the first half of 7 fail on purpose. They run on their ow
 groups with a short timeout (--short-timeout), catch the error and record it, so the
 script goes on.
 
-With --stall-at STEP, it instead trains until the slow rank stalls at that step for
-longer than the process group's --timeout. The others give up and the whole job fails,
-as it would in real life.
+With --stall-at STEP, the experiments are followed by a stall: the ranks train on a
+Gloo group of their own, whose timeout is --stall-timeout, until the slow rank stalls
+at that step for ten timeouts. The others give up and the whole job fails, as it would
+in real life.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/06_skewed_speeds.py
     torchrun --standalone --nproc-per-node=2 ddp_scripts/06_skewed_speeds.py \\
-        --stall-at 3 --timeout 3
+        --stall-at 3 --stall-timeout 2
 """
 
 import argparse
@@ -64,7 +65,10 @@ def parse_args():
                         metavar=("RANK0", "OTHERS"),
                         help="batches of rank 0 and of every other rank (uneven inputs)")
     parser.add_argument("--stall-at", type=int, default=None,
-                        help="stall the slow rank at this step, past --timeout")
+                        help="after the experiments, stall the slow rank at this step, "
+                             "past --stall-timeout: the job fails")
+    parser.add_argument("--stall-timeout", type=float, default=2.0,
+                        help="timeout of the group the stall trains on, seconds")
     parser.add_argument("--device", choices=["auto", "cpu"], default="auto")
     parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     return parser.parse_args()
@@ -327,15 +331,18 @@ def join_with_a_metric(rank, args, device, throw):
 
 # --stall-at -------------------------------------------------------------------------
 
-def stall(rank, slow, args, device):
-    """Train until the slow rank stops answering for ten timeouts at --stall-at."""
-    ddp = wrap(make_model(device), device)
+def stall(rank, slow, args, found):
+    """After the experiments: train until the slow rank stops answering for ten timeouts
+    at --stall-at, on a Gloo group (CPU) whose timeout is --stall-timeout."""
+    group = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.stall_timeout))
+    device = torch.device("cpu")
+    ddp = wrap(make_model(device), device, group)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     for step in range(args.stall_at + 2):
         if rank == slow and step == args.stall_at:
-            print(f"rank {rank}: stalling at step {step} for {10 * args.timeout:g} s",
+            print(f"rank {rank}: stalling at step {step} for {10 * args.stall_timeout:g} s",
                   flush=True)
-            time.sleep(10 * args.timeout)
+            time.sleep(10 * args.stall_timeout)
         x, y = batch(step, rank, device)
         optimizer.zero_grad()
         started = time.perf_counter()  # the step's own work takes milliseconds
@@ -344,12 +351,13 @@ def stall(rank, slow, args, device):
         except Exception as error:
             waited = elapsed_since(started)
             print(f"rank {rank}: step {step}: gave up waiting after {waited:.2f} s "
-                  f"(timeout {args.timeout:g} s)", flush=True)
+                  f"(timeout {args.stall_timeout:g} s)", flush=True)
             if rank == 0 and args.out:
+                found["stall"] = {"step": step, "waited": waited,
+                                  "timeout": args.stall_timeout,
+                                  "error": f"{type(error).__name__}: {error}"}
                 with open(args.out, "w") as f:
-                    json.dump({"step": step, "waited": waited, "timeout": args.timeout,
-                               "slow_rank": slow, "error": f"{type(error).__name__}: "
-                                                           f"{error}"}, f)
+                    json.dump(found, f)
             raise  # the job must fail: torchrun stops the others and reports it
         optimizer.step()
 
@@ -366,10 +374,6 @@ def main():
     if not 0 < slow < world_size:
         sys.exit(f"--slow-rank must be between 1 and {world_size - 1}: rank 0 reports")
     device = setup(args.device, timeout_s=args.timeout).device  # lesson 01
-
-    if args.stall_at is not None:
-        stall(rank, slow, args, device)
-        sys.exit("the stalled rank never stalled: is --stall-at within the run?")
 
     found = {"world_size": world_size, "slow_rank": slow, "delay": args.delay,
              "steps": args.steps, "short_timeout": args.short_timeout,
@@ -398,6 +402,9 @@ def main():
             found[key] = [r[key] for r in everyone]
         with open(args.out, "w") as f:
             json.dump(found, f)
+    if args.stall_at is not None:
+        stall(rank, slow, args, found)
+        sys.exit("the stalled rank never stalled: is --stall-at within the run?")
     teardown()
 
 

@@ -1,4 +1,4 @@
-"""Exercise (lesson 08): join the process group so that a torchrun restart works, even
+"""Exercise (lesson 08 in practice): join the process group so that a torchrun restart works, even
 when a rank comes back late. The job around it is restart_harness.py.
     torchrun --standalone --nproc-per-node=2 --max-restarts=1 ddp_scripts/08_restart_exercise.py
 """

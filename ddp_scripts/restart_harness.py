@@ -1,4 +1,4 @@
-"""Lesson 08, exercise 4: the job around ddp_scripts/08_restart_exercise.py's
+"""Lesson 08 in practice, exercise 1: the job around ddp_scripts/08_restart_exercise.py's
 init_for_restarts. Not a script of its own: the exercise calls run_exercise(init_for_restarts).
 Start it with torchrun --max-restarts=1. Attempt 0: every rank joins with
 init_for_restarts, all-reduces, leaves; then the last rank fails on purpose, so torchrun

@@ -211,3 +211,15 @@ def test_gpu_check_agrees_with_torch_and_spares_the_kernel_importing_it():
         assert fast == "True"  # no GPU device file at all (CI, most laptops): no import
     assert empty == str(gpus == 0)  # 64 processes: hidden unless there are no GPUs at all
     assert imported == str(fast == "False")  # torch is imported only when it must count
+
+
+def test_a_ranks_error_on_stderr_is_in_the_message_even_when_its_stdout_came_later():
+    """In CI, torchrun once printed a rank's error before that rank's earlier stdout lines
+    (its two streams are copied by two threads), and the message's last lines per rank
+    missed it. The message also shows each rank's stderr from torchrun's log files."""
+    with pytest.raises(LaunchError) as caught:
+        launch("tests/fixtures/error_then_chatter.py", nproc=2, timeout=60, echo=False)
+    message = str(caught.value)
+    assert "rank 1: the data file is missing" in message
+    assert caught.value.result.stderr_by_rank[1].strip() == "rank 1: the data file is missing"
+    assert "ddp-course-logs-" not in message  # torchrun's log folder stays out of sight

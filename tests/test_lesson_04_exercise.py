@@ -1,5 +1,5 @@
-"""Lesson 04, exercise 3 (ddp_scripts/04_slurm_exercise.py): an answer in which every task
-connects to the store as a client, and none hosts it, waits for the store's timeout and
+"""Lesson 04 in practice, exercise 1 (ddp_scripts/04_slurm_exercise.py): an answer in which
+every task connects to the store as a client, and none hosts it, waits for the store's timeout and
 then fails with the client's message, within a bounded time."""
 from tools.launch import REPO, free_port, launch_ranks
 

@@ -1,4 +1,4 @@
-"""Lesson 08's version statement about the store trap, checked on the installed torch.
+"""Lesson 08 in practice: its statement of versions with the store trap, on the installed torch.
 
 Older torchrun gave the workers of each attempt keys of their own in the agent's store
 (a PrefixStore named after TORCHELASTIC_RESTART_COUNT); the lesson says that prefix is

@@ -1,6 +1,7 @@
-"""Lesson 08, exercise 4 (ddp_scripts/08_restart_exercise.py): a prefix that is the same in
-every attempt is no fix: attempt 1 still publishes under attempt 0's key names, so it either
-fails in the trap (a rank reads a dead process's address) or adds no key of its own."""
+"""Lesson 08 in practice, exercise 1 (ddp_scripts/08_restart_exercise.py): a prefix that is
+the same in every attempt is no fix: attempt 1 still publishes under attempt 0's key names, so
+it either fails in the trap (a rank reads a dead process's address) or adds no key of its
+own."""
 from tools.launch import REPO, LaunchError, LaunchTimeout, launch
 
 SOLUTION = 'dist.PrefixStore(f"restart-{restart}", agent_store())'

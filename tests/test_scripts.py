@@ -191,10 +191,12 @@ def test_skewed_speeds_on_three_ranks_with_a_middle_straggler():
 
 
 def test_skewed_speeds_stall_fails_the_job_after_the_timeout():
-    result = launch("ddp_scripts/06_skewed_speeds.py", "--stall-at", "1", "--timeout", "2",
-                    "--device", "cpu", nproc=2, out=True, timeout=120, echo=False,
+    result = launch("ddp_scripts/06_skewed_speeds.py", "--stall-at", "1", "--stall-timeout",
+                    "2", "--steps", "2", nproc=2, out=True, timeout=120, echo=False,
                     expect_failure=True)
-    assert result.data["step"] == 1 and 2 <= result.data["waited"] < 4
+    stall = result.data["stall"]  # after the experiments, whose records were written first
+    assert "join_metric_throw" in result.data
+    assert stall["step"] == 1 and 2 <= stall["waited"] < 4
     assert "rank 1: stalling at step 1" in result.output
     root_cause = result.output.split("Root Cause (first observed failure)")[1]
     assert "traceback : Traceback (most recent call last)" in root_cause  # @record on main

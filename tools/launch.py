@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +55,7 @@ LAUNCHER_VARIABLES = (
 
 TAIL_LINES = 40
 RANK_LINES = 20
+STDERR_LINES = 8  # of a rank's stderr, when its last line is not among the lines shown
 KILL_GRACE_S = 3.0
 STACKS_LIMIT_S = 15.0  # at most this long to take the stacks of a timed-out run
 _PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<local_rank>\d+)\]:(?P<text>.*)$")
@@ -81,6 +82,11 @@ class LaunchResult:
     seconds: float
     timed_out: bool = False
     data: dict | list | None = None  # the JSON rank 0 wrote to --out, if asked for
+    # torchrun launches: each local rank's stderr in the last attempt, from torchrun's log
+    # files. torchrun copies a worker's stdout and stderr to its console in two threads
+    # that each poll their file, so a rank's last error can come out *before* the stdout
+    # lines it printed earlier; the files keep the streams apart.
+    stderr_by_rank: dict[int, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -112,8 +118,13 @@ class LaunchResult:
                 by_rank.setdefault(label.group(0), []).append(line)
         if by_rank:
             each = max(5, n // len(by_rank))
-            parts.append("Last lines from the ranks:\n" + "\n".join(
-                line for rank in by_rank.values() for line in rank[-each:]))
+            shown = [line for rank in by_rank.values() for line in rank[-each:]]
+            parts.append("Last lines from the ranks:\n" + "\n".join(shown))
+            for local_rank, text in sorted(self.stderr_by_rank.items()):
+                last = text.rstrip("\n").splitlines()[-STDERR_LINES:]
+                if last and not any(line.endswith(last[-1]) for line in shown):
+                    parts.append(f"Local rank {local_rank}'s last lines on stderr:\n"
+                                 + "\n".join(last))
         starts = [i for i, line in enumerate(lines) if line.endswith(" FAILED")]
         if starts:
             parts.append("torchrun's report:\n" + "\n".join(lines[starts[-1]:]))
@@ -176,6 +187,7 @@ class _Process:
     shown: list[str]  # the command as a learner types it
     argv: list[str]  # the command as it runs
     env: dict
+    log_dir: Path | None = None  # torchrun's --log-dir, read once the run has ended
 
 
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
@@ -194,8 +206,12 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
             shown = ["python", str(script), *args]
             return [_Process(None, shown, [sys.executable, *shown[1:]], {})]
         shown = torchrun_argv(script, args, nproc, max_restarts)
-        argv = [sys.executable, "-m", "torch.distributed.run", *shown[1:]]
-        return [_Process(None, shown, argv, {})]
+        # Not shown, as a learner does not need it: torchrun keeps each rank's stdout and
+        # stderr in files under --log-dir, from which a failure's summary takes the stderr.
+        log_dir = Path(tempfile.mkdtemp(prefix="ddp-course-logs-"))
+        argv = [sys.executable, "-m", "torch.distributed.run", "--log-dir", str(log_dir),
+                *shown[1:]]
+        return [_Process(None, shown, argv, {}, log_dir)]
 
     return _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd)
 
@@ -278,6 +294,9 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
         returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,
                                                       echo)
         result = LaunchResult(command, returncode, output, seconds, timed_out)
+        for p in processes:
+            if p.log_dir is not None:
+                result.stderr_by_rank.update(last_attempt_stderr(p.log_dir))
         if out_path is not None and out_path.is_file():  # a failed run may have written one
             try:
                 result.data = json.loads(out_path.read_text())
@@ -287,6 +306,9 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     finally:
         if out_folder is not None:
             shutil.rmtree(out_folder, ignore_errors=True)
+        for p in processes:
+            if p.log_dir is not None:
+                shutil.rmtree(p.log_dir, ignore_errors=True)
 
     shown = command.replace("\n", " & ")
     if timed_out:
@@ -385,6 +407,19 @@ def _run(processes, base_env, cwd, timeout, echo):
         returncode = next((proc.returncode for proc in running if proc.returncode), 0)
     return (None if timed_out else returncode), "".join(captured), \
         time.monotonic() - start, timed_out
+
+
+def last_attempt_stderr(log_dir: Path) -> dict[int, str]:
+    """Each local rank's stderr in torchrun's last attempt:
+    LOG_DIR/<run id>/attempt_<n>/<local rank>/stderr.log (torch 2.13)."""
+    attempts = sorted(log_dir.glob("*/attempt_*"), key=lambda p: int(p.name.split("_")[1]))
+    if not attempts:
+        return {}
+    found = {}
+    for file in attempts[-1].glob("*/stderr.log"):
+        if file.parent.name.isdigit():
+            found[int(file.parent.name)] = file.read_text(errors="replace")
+    return found
 
 
 def py_spy() -> str | None:

@@ -27,7 +27,9 @@ DESCRIPTIONS = {
     "03_backends": "Gloo, NCCL and MPI: what each supports, picking one from the device, and "
     "all_reduce time and bandwidth measured from 1 KiB to 64 MiB.",
     "04_init_methods": "How the processes find each other: env://, tcp://, file:// and stores, "
-    "rendezvous failures provoked, two nodes on one machine.",
+    "tcp:// under torchrun, two nodes on one machine.",
+    "04_rendezvous_failures": "Rendezvous failures provoked and read: a world that never fills, "
+    "a taken port, a stale file; joining a job that Slurm starts.",
     "05_ddp": "What DistributedDataParallel does: the broadcast at construction, gradient "
     "buckets all-reduced during backward, and training equal to one process.",
     "05_ddp_training": "Training with DDP in practice: DistributedSampler and set_epoch, metrics "
@@ -38,6 +40,8 @@ DESCRIPTIONS = {
     "full training state, atomic writes, weights_only, an exact resume.",
     "08_fault_tolerance": "A rank killed mid-training: torchrun restarts the job, which resumes "
     "from its checkpoint and ends with the uninterrupted run's weights.",
+    "08_store_trap": "A restarted job that reads the dead processes' addresses from torchrun's "
+    "store and fails; the fix, for one node and several, written in a script.",
 }
 
 INDEX = ("index.html", "Course index")
