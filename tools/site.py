@@ -42,6 +42,8 @@ DESCRIPTIONS = {
     "from its checkpoint and ends with the uninterrupted run's weights.",
     "08_store_trap": "A restarted job that reads the dead processes' addresses from torchrun's "
     "store and fails; the fix, for one node and several, written in a script.",
+    "09_real_training": "DDP in real training code: unused parameters and their fixes, "
+    "activation checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
 }
 
 INDEX = ("index.html", "Course index")
