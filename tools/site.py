@@ -44,6 +44,8 @@ DESCRIPTIONS = {
     "store and fails; the fix, for one node and several, written in a script.",
     "09_real_training": "DDP in real training code: unused parameters and their fixes, "
     "activation checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
+    "10_beyond_allreduce": "Compression hooks (fp16, PowerSGD) with the bytes counted, ZeRO and "
+    "FSDP2 against DDP per rank, torch.compile on a DDP model; ZeRO written by hand.",
 }
 
 INDEX = ("index.html", "Course index")

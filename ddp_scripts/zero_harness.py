@@ -1,0 +1,83 @@
+"""Lesson 10, exercise 2: the run whose `step` ddp_scripts/10_zero_exercise.py writes. Not a
+script of its own: the exercise calls run_exercise(step), and rank 0 writes what every
+rank found as JSON.
+
+A linear regression whose weights are one flat vector of 48 float64 values (48 divides
+by 1 to 4 ranks), trained for 4 steps with SGD and momentum. Each rank computes the
+gradient on its own batch and hands it to `step`, which must update the weights, in place,
+to what SGD with momentum makes of the gradient averaged over the ranks. The reference
+does exactly that with an all-reduce and torch.optim.SGD. The collectives `step` calls
+are counted. CPU and Gloo."""
+
+import argparse
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from ddp_common import setup, teardown
+from torch.distributed.elastic.multiprocessing.errors import record
+
+SIZE, STEPS, LR, MOMENTUM = 48, 4, 0.1, 0.9
+COLLECTIVES = ("all_reduce", "broadcast", "reduce_scatter_single", "all_gather_single",
+               "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter", "all_gather")
+
+
+def counting(counts):
+    """Replace the collectives of torch.distributed with ones that count their calls."""
+    real = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def counted(name):
+        def call(*args, **kwargs):
+            counts[name] = counts.get(name, 0) + 1
+            return real[name](*args, **kwargs)
+        return call
+    for name in COLLECTIVES:
+        setattr(dist, name, counted(name))
+    return real
+
+
+@record
+def run_exercise(step):
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__)
+    parser.add_argument("--timeout", type=float, default=20,
+                        help="seconds a collective waits, then Gloo gives up")
+    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
+    args = parser.parse_args()
+    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(16, SIZE, generator=g, dtype=torch.float64)
+    y = x.sum(1) + 0.1 * torch.randn(16, generator=g, dtype=torch.float64)
+    weights = torch.zeros(SIZE, dtype=torch.float64)  # the same on every rank
+    reference = torch.zeros(SIZE, dtype=torch.float64, requires_grad=True)
+    reference_optimizer = torch.optim.SGD([reference], lr=LR, momentum=MOMENTUM)
+    state, found = {}, {"steps": []}
+    for _ in range(STEPS):
+        w = weights.clone().requires_grad_()
+        F.mse_loss(x @ w, y).backward()  # this rank's own gradient
+        counts = {}
+        real = counting(counts)
+        try:
+            step(weights, w.grad, state, lr=LR, momentum=MOMENTUM)
+        finally:
+            for name, function in real.items():
+                setattr(dist, name, function)
+        reference_optimizer.zero_grad()
+        F.mse_loss(x @ reference, y).backward()
+        dist.all_reduce(reference.grad)
+        reference.grad /= world_size  # the gradient averaged over the ranks
+        reference_optimizer.step()
+        kept = sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+        found["steps"].append({"gap": (weights - reference.detach()).abs().max().item(),
+                               "collectives": counts, "state_values": kept})
+    everyone = [None] * world_size
+    dist.all_gather_object(everyone, found)
+    print(f"rank {rank}: largest weight difference "
+          f"{max(s['gap'] for s in found['steps']):.1e}, momentum values kept "
+          f"{found['steps'][-1]['state_values']}, collectives {found['steps'][-1]['collectives']}",
+          flush=True)
+    if rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump({"size": SIZE, "ranks": everyone}, f)
+    teardown()
