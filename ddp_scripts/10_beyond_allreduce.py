@@ -121,6 +121,7 @@ def hooks(rank, device, steps):
         found["bf16_error"] = None
     except TypeError as error:  # refused when the hook is registered
         found["bf16_error"] = str(error)
+    found["cuda_build"] = torch.version.cuda is not None or torch.version.hip is not None
     del model
     found["grad_storages"] = {}
     for as_view in (False, True):
@@ -214,18 +215,24 @@ def compiled(rank, device, backend):
         graphs.append(len(graph_module.graph.nodes))
         return graph_module.forward
 
-    def build(make, **ddp_kwargs):
+    def build(make, inside=False, **ddp_kwargs):
         torch._dynamo.reset()  # forget what earlier compiles cached
         graphs.clear()
         torch.manual_seed(0)
-        return DDP(make().to(device), **ddp_kwargs)
+        inner = make().to(device)
+        if inside:  # compile the inner model, then wrap it: DDP calls the compiled model
+            inner = torch.compile(inner, backend=counting)
+        return DDP(inner, **ddp_kwargs)
+
+    def sequential():  # the same layers as Stack, in torch's own container
+        return nn.Sequential(*(m for _ in range(4) for m in (nn.Linear(512, 512), nn.ReLU())))
 
     found = {}
-    for name, make in (("Stack", Stack), ("nn.Sequential", lambda: nn.Sequential(
-            *(m for _ in range(4) for m in (nn.Linear(512, 512), nn.ReLU()))))):
-        model = build(make, bucket_cap_mb=1)
+    for name, make in (("compile(DDP(Stack))", Stack), ("compile(DDP(Sequential))", sequential),
+                       ("DDP(compile(Sequential))", sequential)):
         eager = build(make, bucket_cap_mb=1)
-        out = torch.compile(model, backend=counting)(x)
+        model = build(make, inside=name.startswith("DDP"), bucket_cap_mb=1)
+        out = (model if name.startswith("DDP") else torch.compile(model, backend=counting))(x)
         out.sum().backward()
         reference = eager(x)
         reference.sum().backward()
@@ -242,7 +249,7 @@ def compiled(rank, device, backend):
         seconds.append(time.perf_counter() - start)
     found["timing"] = {"backend": backend, "first": seconds[0], "later": min(seconds[1:])}
     del model, run
-    model = build(Stack, bucket_cap_mb=0.5)  # smaller than DDP's first bucket (1 MiB)
+    model = build(Stack, bucket_cap_mb=0.5)  # under the 1 MiB DDPOptimizer assumes at first
     try:
         torch.compile(model, backend=counting)(x)
         found["small_buckets_error"] = None

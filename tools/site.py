@@ -46,6 +46,8 @@ DESCRIPTIONS = {
     "activation checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
     "10_beyond_allreduce": "Compression hooks (fp16, PowerSGD) with the bytes counted, ZeRO and "
     "FSDP2 against DDP per rank, torch.compile on a DDP model; ZeRO written by hand.",
+    "11_pipeline_ddp": "A network split into two stages, each replicated with DDP over its own "
+    "group, equal to one process; RPC and its status; logging to TensorBoard.",
 }
 
 INDEX = ("index.html", "Course index")
