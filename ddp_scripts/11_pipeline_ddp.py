@@ -121,7 +121,7 @@ def train(rank, world_size, args):
         loss = train_step(model, stage, partner, *batch(replica, step))
         optimizer.step()
         total = loss.clone()
-        dist.all_reduce(total)  # stage 1's losses summed; rank 0 has no loss of its own
+        dist.all_reduce(total)  # stage 1's losses summed; stage 0's ranks add zeros
         losses.append(total.item() / (world_size // STAGES))
         if writer:
             writer.add_scalar("loss/train", losses[-1], step)
@@ -149,7 +149,7 @@ def remote_rpc(rank, world_size):
         warnings.simplefilter("always")
         rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world_size,
                      rpc_backend_options=rpc.TensorPipeRpcBackendOptions(rpc_timeout=20))
-    found = {"warnings": sorted({str(w.message) for w in caught})}
+    found = {"warnings": sorted({str(w.message) for w in caught}), "torch": torch.__version__}
     if rank == 0:
         found["answers"] = [rpc.rpc_sync(f"worker{r}", describe, args=(r,))
                             for r in range(world_size)]

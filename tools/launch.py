@@ -57,6 +57,7 @@ TAIL_LINES = 40
 RANK_LINES = 20
 STDERR_LINES = 8  # of a rank's stderr, when its last line is not among the lines shown
 KILL_GRACE_S = 3.0
+DRAIN_S = 2.0  # at most this long to read a stopped run's last lines
 STACKS_LIMIT_S = 15.0  # at most this long to take the stacks of a timed-out run
 _PREFIX = re.compile(r"^\[(?P<role>[A-Za-z_]+)(?P<local_rank>\d+)\]:(?P<text>.*)$")
 _LABELLED = re.compile(r"^\[[A-Za-z_]+\d+\]")
@@ -388,12 +389,17 @@ def _run(processes, base_env, cwd, timeout, echo):
     for proc in running:
         if proc.poll() is None:
             kill_tree(proc)
-    while True:  # whatever was printed before the end is part of the story
+    # Whatever a stopped run printed before the end is part of the story: read each stream
+    # to its end (a run that ended by itself has none left open, so this costs nothing).
+    drain_until = time.monotonic() + DRAIN_S
+    while open_streams and time.monotonic() < drain_until:
         try:
-            line = lines.get(timeout=0.5)
+            line = lines.get(timeout=0.1)
         except queue.Empty:
-            break
-        if line:
+            continue
+        if line is None:
+            open_streams -= 1
+        elif line:
             captured.append(line)
             if echo and not timed_out:
                 print(line, end="", flush=True)
