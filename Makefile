@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORLD_SIZE ?= 2
 
-.PHONY: course test lab bench student grade images venv chromium clean
+.PHONY: course test lab bench student grade images venv chromium cluster clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,10 +32,18 @@ chromium:
 			apt-get install -y -q --no-install-recommends chromium; \
 	fi
 
-course: venv  ## execute every lesson, render HTML into build/html
+# Lesson 12 builds two hosts and a Slurm cluster on this machine (tools/cluster.py) and needs
+# Debian's Slurm and iproute2 (tools/cluster-packages.txt). As root with apt-get (CI, a
+# container), the missing ones are installed here; elsewhere the lesson says why it cannot run.
+cluster: venv
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		$(PY) -m tools.cluster install; \
+	fi
+
+course: venv cluster  ## execute every lesson, render HTML into build/html
 	$(PY) -m tools.run_course --world-size $(WORLD_SIZE)
 
-test: $(VENV)/.installed-test chromium  ## the whole test suite
+test: $(VENV)/.installed-test chromium cluster  ## the whole test suite
 	$(PY) -m pytest
 
 lab: venv  ## JupyterLab on the lessons (--allow-root added when run as root, e.g. in a container)

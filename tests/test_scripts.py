@@ -377,3 +377,35 @@ def test_a_ddp_model_deleted_after_its_group_hangs_the_rank_and_teardown_refuses
     refused = launch(fixture, "--rounds", "1", "--teardown", nproc=2, timeout=120, echo=False,
                      expect_failure=True)
     assert "teardown: 1 DistributedDataParallel model(s) still alive" in refused.output
+
+
+def test_clusters_script_on_one_machine_under_torchrun():
+    ranks = launch("ddp_scripts/12_clusters.py", "--epochs", "1", nproc=2, out=True,
+                   timeout=120, echo=False).data["ranks"]
+    assert [(r["rank"], r["node"], r["by_slurm"]) for r in ranks] == [(0, 0, False), (1, 0, False)]
+    for r in ranks:  # besides the store's, one Gloo connection: to the other rank
+        port = ":" + r["master"].split(":")[1]
+        gloo = [c for c in r["connections"]
+                if not any(end.endswith(port) for end in c.split(" -> "))]
+        assert len(gloo) == 1, r["connections"]
+
+
+def test_clusters_script_takes_its_rank_from_slurm_variables():
+    from tools.launch import free_port
+
+    slurm = {"SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": str(free_port())}
+    data = launch_ranks("ddp_scripts/12_clusters.py", "--epochs", "1", nproc=2, out=True,
+                        names=("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"), env=slurm,
+                        timeout=120, echo=False).data
+    assert [(r["rank"], r["local_rank"], r["by_slurm"]) for r in data["ranks"]] == \
+        [(0, 0, True), (1, 1, True)]
+
+
+def test_clusters_script_under_srun_without_master_addr_says_what_to_export():
+    result = launch_ranks("ddp_scripts/12_clusters.py", nproc=1, expect_failure=True,
+                          names=("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+                          timeout=60, echo=False)
+    assert "MASTER_ADDR and MASTER_PORT not set: the batch script must export them" in \
+        result.output
+    assert "Traceback" not in result.output

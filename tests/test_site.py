@@ -19,7 +19,7 @@ import nbformat
 import pytest
 
 from tools import site
-from tools.course import REPO, execute, lessons, title
+from tools.course import REPO, execute, lessons, title, why_not_here
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # As root in a container, without a network: no sandbox, no GPU, no background traffic.
@@ -84,6 +84,8 @@ def built_site(executed_lessons, workspace, tmp_path_factory):
             done = nbformat.reads(executed_lessons[path.stem].decode(), as_version=4)
         elif given and (given / path.name).is_file():
             done = nbformat.read(given / path.name, as_version=4)
+        if done is None and why_not_here(path):  # lesson 12 off Linux or without root
+            done = nb
         if done is not None:
             done.cells = [cell for cell in done.cells
                           if "exercise-proof" not in cell.metadata.get("tags", [])]

@@ -3,6 +3,7 @@ working copy of the course to execute in, and papermill's execution of one noteb
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -20,6 +21,18 @@ DEFAULT_WORLD_SIZE = 2
 
 def lessons() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def why_not_here(path: Path) -> str | None:
+    """Why lesson `path` cannot run on this machine, or None. Only lesson 12 can be
+    refused: its hosts and Slurm need Linux and root (tools/cluster.py). CI sets
+    DDP_COURSE_REQUIRE_CLUSTER=1, so that there it always runs, and fails if it cannot."""
+    if os.environ.get("DDP_COURSE_REQUIRE_CLUSTER") == "1":
+        return None
+    if "from tools import cluster" not in Path(path).read_text():
+        return None
+    from tools import cluster
+    return cluster.why_not()
 
 
 def title(nb) -> str:
@@ -102,4 +115,8 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     finally:
         source.unlink(missing_ok=True)
         shutil.rmtree(sockets, ignore_errors=True)
+        # Lesson 12's hosts and Slurm, if its kernel died before removing them itself.
+        from tools import cluster
+        if cluster.down_if_up():
+            print(f"[course] {out_path.name}: removed the cluster its kernel left", flush=True)
     return time.monotonic() - start

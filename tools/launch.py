@@ -189,6 +189,7 @@ class _Process:
     argv: list[str]  # the command as it runs
     env: dict
     log_dir: Path | None = None  # torchrun's --log-dir, read once the run has ended
+    host: str = ""  # the host whose shell it is typed into (lesson 12), shown as "host$"
 
 
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
@@ -289,7 +290,7 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     base_env.update(env or {})
     if echo:
         for p in processes:
-            print(f"$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
+            print(f"{p.host}$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
                   flush=True)
     try:
         returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,

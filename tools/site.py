@@ -48,6 +48,8 @@ DESCRIPTIONS = {
     "FSDP2 against DDP per rank, torch.compile on a DDP model; ZeRO written by hand.",
     "11_pipeline_ddp": "A network split into two stages, each replicated with DDP over its own "
     "group, equal to one process; RPC and its status; logging to TensorBoard.",
+    "12_clusters": "Two hosts and a Slurm cluster on one machine: torchrun across hosts, sbatch "
+    "with srun python and srun torchrun, four launch failures provoked (needs root).",
 }
 
 INDEX = ("index.html", "Course index")
