@@ -71,6 +71,11 @@ def ring_ratios() -> dict[int, float]:
             / ring["timing"]["seconds"]["all_reduce"] for ring in data["rings"]}
 
 
+# A launch's echo: `$ torchrun ...`, `$ RANK=0 ... python ...`, `nodeA$ sbatch ...`; not
+# lesson 12's other commands on its hosts (`nodeA$ sinfo -N`).
+LAUNCH_ECHO = re.compile(r"\w*\$ (\w+=\S* )*(torchrun|python|sbatch) ")
+
+
 def launches_in(executed: Path) -> int:
     """How many launches an executed lesson made: `launch`, `launch_ranks` and
     `launch_nodes` echo each command as `$ ...` (lesson 12's hosts as `nodeA$ ...`), one
@@ -81,7 +86,7 @@ def launches_in(executed: Path) -> int:
         together = False  # a cell's stream may come in several outputs
         for output in cell.get("outputs", []):
             for line in output.get("text", "").splitlines():
-                if re.match(r"\w*\$ ", line):
+                if LAUNCH_ECHO.match(line):
                     count += not together
                     together = line.endswith(" &")
                 elif line.strip():

@@ -27,6 +27,7 @@ import atexit
 import fcntl
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -336,7 +337,8 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
     """Launch commands on the hosts, together, as tools/launch.py launches on this machine
     (a timeout, the whole process group killed, the output streamed and captured, rank 0's
     JSON with out=True). `runs` holds (host, command as typed there): the command is
-    `torchrun ...` or `python ...`, after any `NAME=value` words for its environment."""
+    `torchrun ...` or `python ...`, after any `NAME=value` words for its environment. With
+    echo=False the commands are still shown, but not their output."""
     from tools import launch as launcher
 
     executable = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
@@ -356,6 +358,10 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
     defaults = {"timeout": 120, "out": False, "expect_failure": False, "echo": True,
                 "cwd": REPO}
     defaults.update(options)
+    if not defaults["echo"]:
+        for host, command in runs:
+            print(f"{host}$ {shlex.join(command)}" + (" &" if len(runs) > 1 else ""),
+                  flush=True)
     return launcher._launch(build, script, [], defaults["timeout"], defaults["out"],
                             defaults["expect_failure"], defaults["echo"], env, defaults["cwd"])
 
