@@ -23,13 +23,19 @@ def lessons() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def uses_cluster(nb) -> bool:
+    """Whether a lesson builds lesson 12's hosts and Slurm (tools/cluster.py)."""
+    return any("from tools import cluster" in cell.source
+               for cell in nb.cells if cell.cell_type == "code")
+
+
 def why_not_here(path: Path) -> str | None:
-    """Why lesson `path` cannot run on this machine, or None. Only lesson 12 can be
-    refused: its hosts and Slurm need Linux and root (tools/cluster.py). CI sets
+    """Why lesson `path` cannot run on this machine, or None. Only a lesson that uses the
+    cluster (lesson 12) can be refused: its hosts and Slurm need Linux and root. CI sets
     DDP_COURSE_REQUIRE_CLUSTER=1, so that there it always runs, and fails if it cannot."""
     if os.environ.get("DDP_COURSE_REQUIRE_CLUSTER") == "1":
         return None
-    if "from tools import cluster" not in Path(path).read_text():
+    if not uses_cluster(nbformat.read(path, as_version=4)):
         return None
     from tools import cluster
     return cluster.why_not()
@@ -115,8 +121,9 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     finally:
         source.unlink(missing_ok=True)
         shutil.rmtree(sockets, ignore_errors=True)
-        # Lesson 12's hosts and Slurm, if its kernel died before removing them itself.
-        from tools import cluster
-        if cluster.down_if_up():
-            print(f"[course] {out_path.name}: removed the cluster its kernel left", flush=True)
+        if uses_cluster(nb):  # its hosts and Slurm, if its kernel died before removing them
+            from tools import cluster
+            if cluster.down_if_up():
+                print(f"[course] {out_path.name}: removed the cluster its kernel left",
+                      flush=True)
     return time.monotonic() - start
