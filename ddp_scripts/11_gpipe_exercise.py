@@ -1,7 +1,8 @@
 """Exercise (lesson 11): a pipeline step with micro-batches (the GPipe schedule). Cut the
 batch into `micro` micro-batches; stage 0 sends each one's activations as soon as it has
-computed them, stage 1 computes the loss and sends the gradients back, and the step must
-equal one step on the whole batch. The run around it is in gpipe_harness.py.
+computed them, stage 1 computes each one's loss as it arrives and then sends the
+gradients back, and the step must equal one step on the whole batch. The run around it is
+in gpipe_harness.py.
     torchrun --standalone --nproc-per-node=2 ddp_scripts/11_gpipe_exercise.py
 """
 
@@ -26,14 +27,15 @@ def gpipe_step(model, stage, partner, x, y, micro):
             dist.recv(grad, partner)
         torch.autograd.backward(outputs, grads)  # one backward through all of them
     else:
-        pieces = [torch.empty(len(target), lesson.WIDTH, dtype=torch.float64)
-                  for target in y.chunk(micro)]
-        for h in pieces:  # receive every micro-batch first: stage 0 sends them all first
+        grads = []
+        for target in y.chunk(micro):  # each micro-batch as soon as it arrives
+            h = torch.empty(len(target), lesson.WIDTH, dtype=torch.float64)
             dist.recv(h, partner)
-        for h, target in zip(pieces, y.chunk(micro)):
             h.requires_grad_()
             (F.mse_loss(model(h), target) / micro).backward()  # a mean over the whole batch
-            dist.send(h.grad, partner)
+            grads.append(h.grad)
+        for grad in grads:  # then the gradients: stage 0 sends every micro-batch first
+            dist.send(grad, partner)
     ### END SOLUTION
 
 
