@@ -122,6 +122,7 @@ def _killed_with_its_daemons():
     holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom tools import cluster\n"
                                "cluster.up()\nprint('up', flush=True)\ntime.sleep(300)"],
                               cwd=REPO, stdout=subprocess.PIPE, text=True)
+    daemons = []  # so that a holder that never came up fails on its own assert
     try:
         assert holder.stdout.readline().strip() == "up"
         daemons = cluster.our_slurm_processes()
