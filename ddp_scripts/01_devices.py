@@ -16,8 +16,7 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 
 
 def parse_args():

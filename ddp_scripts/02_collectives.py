@@ -18,8 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from ddp_common import require_torchrun, setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, require_torchrun, setup, teardown
 
 
 def parse_args():

@@ -8,8 +8,7 @@ import json
 
 import torch
 import torch.distributed as dist
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 
 sent = 0  # elements this rank handed to exchange()
 

@@ -25,10 +25,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from ddp_common import pick_device, require_torchrun, setup, teardown
+from ddp_common import pick_device, record, require_torchrun, setup, teardown
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 KIB = 1024

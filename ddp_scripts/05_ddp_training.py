@@ -22,9 +22,8 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import require_torchrun, setup, teardown
+from ddp_common import record, require_torchrun, setup, teardown
 from sklearn.datasets import load_digits
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 

@@ -28,6 +28,7 @@ import argparse
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import random
 import shutil
@@ -42,8 +43,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import require_torchrun, setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, require_torchrun, setup, teardown
 from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -111,15 +111,25 @@ def collate_with_seed(samples):
     return (*torch.utils.data.default_collate(samples), base_seed)
 
 
+# What a worker imports when it runs this script's imports again (to find Augmented):
+# the forkserver imports them once, and each worker forked from it starts at once.
+WORKER_MODULES = ["numpy", "torch", "torch._dynamo", "torch.distributed.checkpoint",
+                  "torch.distributed.tensor"]
+
+
 def make_loader(args, augment=False, workers=0, persistent=False):
     """This rank's sampler and loader. The loader gets a generator of its own:
-    otherwise every iter(loader) draws from the global torch RNG."""
+    otherwise every iter(loader) draws from the global torch RNG. Its workers, if
+    any, come from a forkserver, not from fork() of this rank and its threads."""
     data = make_dataset(args.seed)
     if augment:
         data = Augmented(data)
     sampler = DistributedSampler(data, seed=args.seed)
+    if workers:
+        multiprocessing.set_forkserver_preload(WORKER_MODULES)
     return sampler, DataLoader(data, batch_size=args.batch, sampler=sampler,
                                num_workers=workers, persistent_workers=persistent,
+                               multiprocessing_context="forkserver" if workers else None,
                                collate_fn=collate_with_seed,
                                generator=torch.Generator().manual_seed(args.seed))
 

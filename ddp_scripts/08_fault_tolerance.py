@@ -36,8 +36,7 @@ import torch._dynamo  # noqa: F401  imported before the process group: lesson 05
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import pick_device, require_torchrun, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import pick_device, record, require_torchrun, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 

@@ -24,8 +24,7 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import require_torchrun, setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, require_torchrun, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STAGES, WIDTH, BATCH = 2, 32, 16

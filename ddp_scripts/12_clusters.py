@@ -22,8 +22,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 
 lesson05 = importlib.import_module("05_ddp_training")  # its train(): a name can't start with 0
 

@@ -15,9 +15,8 @@ import torch._dynamo  # noqa: F401  before the process group: lesson 05, "A clea
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import setup, teardown
+from ddp_common import record, setup, teardown
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 SIZES, STEPS = (8, 8, 8, 5), 3  # one micro-batch shorter, as the last one of an epoch

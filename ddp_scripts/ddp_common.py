@@ -1,11 +1,13 @@
 """The set-up every companion script from lesson 01 on shares (lesson 01 explains it).
 
-    from ddp_common import setup, teardown
+    from ddp_common import record, setup, teardown
 
-    world = setup()  # checks torchrun started us, picks the device, joins the group
-    ...              # the lesson's own code: world.rank, world.device, a DDP model ...
-    del ddp          # any DDP model goes first (lesson 05, "A clean exit")
-    teardown()       # leaves the group
+    @record              # lesson 00's @record, with the fix lesson 08 explains
+    def main():
+        world = setup()  # checks torchrun started us, picks the device, joins the group
+        ...              # the lesson's own code: world.rank, world.device, a DDP model ...
+        del ddp          # any DDP model goes first (lesson 05, "A clean exit")
+        teardown()       # leaves the group
 
 Run on its own, it checks that a launch works on this machine:
 
@@ -15,12 +17,16 @@ Run on its own, it checks that a launch works on this machine:
 import argparse
 import datetime
 import gc
+import json
 import os
 import sys
+import time
+import traceback
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing import errors
 from torch.nn.parallel import DistributedDataParallel
 
 TORCHRUN_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -53,6 +59,27 @@ def pick_device(choice="auto"):
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(device)  # NCCL and the object collectives use the current GPU
     return device
+
+
+class WholeErrorFile(errors.ErrorHandler):
+    """torch's error handler, but the error file appears complete or not at all."""
+
+    def record_exception(self, e):
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")  # set by torchrun, one per rank
+        if not path:
+            return
+        report = {"message": {"message": f"{type(e).__name__}: {e}",  # what torchrun reads
+                              "extraInfo": {"py_callstack": traceback.format_exc(),
+                                            "timestamp": str(int(time.time()))}}}
+        partial = f"{path}.partial"
+        with open(partial, "w") as f:
+            json.dump(report, f)
+        os.replace(partial, path)  # one step: torchrun sees no file, or all of it
+
+
+def record(main):
+    """Lesson 00's @record, writing the error file with WholeErrorFile (lesson 08)."""
+    return errors.record(main, error_handler=WholeErrorFile())
 
 
 class World(NamedTuple):

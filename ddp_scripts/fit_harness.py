@@ -14,8 +14,7 @@ import torch
 import torch._dynamo  # noqa: F401  before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn.functional as F
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 

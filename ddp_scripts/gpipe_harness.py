@@ -15,8 +15,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 
 lesson = importlib.import_module("11_pipeline_ddp")  # a name import cannot spell
 STEPS, LR, MICRO = 10, 0.1, 4

@@ -15,8 +15,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from ddp_common import require_torchrun
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, require_torchrun
 
 
 def agent_store(timeout=timedelta(seconds=60)):

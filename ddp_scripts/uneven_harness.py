@@ -12,8 +12,7 @@ import torch._dynamo  # noqa: F401  before the process group: lesson 05, "A clea
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 

@@ -16,8 +16,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ddp_common import setup, teardown
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import record, setup, teardown
 
 SIZE, STEPS, LR, MOMENTUM = 48, 4, 0.1, 0.9
 COLLECTIVES = ("all_reduce", "broadcast", "reduce_scatter_single", "all_gather_single",
