@@ -111,8 +111,9 @@ def collate_with_seed(samples):
     return (*torch.utils.data.default_collate(samples), base_seed)
 
 
-# What a worker imports when it runs this script's imports again (to find Augmented):
-# the forkserver imports them once, and each worker forked from it starts at once.
+# The heavy imports a worker meets when it runs this script's top level again (to find
+# Augmented): the forkserver imports them once, so each worker forked from it starts at
+# once. The forkserver skips a name it cannot import, silently: keep them spelled right.
 WORKER_MODULES = ["numpy", "torch", "torch._dynamo", "torch.distributed.checkpoint",
                   "torch.distributed.tensor"]
 
