@@ -7,8 +7,8 @@ gone from torch 2.6 on. This test fails if the installed torch brings it back, s
 lesson's explanation of the trap (and its need for a fix) would have to change.
 """
 
+import importlib.util
 import json
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,10 +31,14 @@ def test_workers_use_the_agents_store_without_a_prefix_per_restart(monkeypatch):
 
 # ddp_common's record and WholeErrorFile (lesson 08, "When torchrun itself fails")
 
-def error_handlers():
-    sys.path.insert(0, str(Path(__file__).parents[1] / "ddp_scripts"))
-    import ddp_common
-    return ddp_common
+@pytest.fixture(scope="module")
+def ddp_common():
+    """ddp_scripts/ddp_common.py, loaded from its file (sys.path stays as it is)."""
+    path = Path(__file__).parents[1] / "ddp_scripts" / "ddp_common.py"
+    spec = importlib.util.spec_from_file_location("ddp_common", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def recorded(handler, message="rank 0 fails"):
@@ -44,8 +48,7 @@ def recorded(handler, message="rank 0 fails"):
         handler.record_exception(error)
 
 
-def test_whole_error_file_writes_what_torchs_handler_writes(tmp_path, monkeypatch):
-    ddp_common = error_handlers()
+def test_whole_error_file_writes_what_torchs_handler_writes(ddp_common, tmp_path, monkeypatch):
     written = {}
     for name, handler in (("torch", ErrorHandler()), ("whole", ddp_common.WholeErrorFile())):
         folder = tmp_path / name
@@ -65,10 +68,9 @@ def test_whole_error_file_writes_what_torchs_handler_writes(tmp_path, monkeypatc
     assert written["torch"] == written["whole"]
 
 
-def test_whole_error_file_interrupted_leaves_no_error_file(tmp_path, monkeypatch):
+def test_whole_error_file_interrupted_leaves_no_error_file(ddp_common, tmp_path, monkeypatch):
     """Stopped in the middle of its write, torch's handler leaves an empty error file that
     torchrun's reader raises on; WholeErrorFile leaves only the file beside it."""
-    ddp_common = error_handlers()
 
     def stopped(obj, f, **kwargs):
         raise KeyboardInterrupt  # stands in for the SIGTERM that ends the process here
@@ -90,8 +92,8 @@ def test_whole_error_file_interrupted_leaves_no_error_file(tmp_path, monkeypatch
     assert failure.message == "Signal 15 (SIGTERM) received by PID 10"  # a plain stop
 
 
-def test_record_from_ddp_common_writes_the_error_file_and_reraises(tmp_path, monkeypatch):
-    ddp_common = error_handlers()
+def test_record_from_ddp_common_writes_the_error_file_and_reraises(ddp_common, tmp_path,
+                                                                   monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))
 
     @ddp_common.record
@@ -104,8 +106,7 @@ def test_record_from_ddp_common_writes_the_error_file_and_reraises(tmp_path, mon
     assert report["message"]["message"] == "ValueError: bad input"
 
 
-def test_whole_error_file_without_torchrun_writes_nothing(tmp_path, monkeypatch):
-    ddp_common = error_handlers()
+def test_whole_error_file_without_torchrun_writes_nothing(ddp_common, tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
     monkeypatch.chdir(tmp_path)
     recorded(ddp_common.WholeErrorFile())
