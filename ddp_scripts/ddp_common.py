@@ -17,6 +17,7 @@ Run on its own, it checks that a launch works on this machine:
 import argparse
 import datetime
 import gc
+import hashlib
 import json
 import os
 import sys
@@ -90,9 +91,12 @@ class World(NamedTuple):
     device: torch.device
 
 
-def setup(device="auto", backend="auto", timeout_s=None):
-    """Check torchrun started us, pick the device, join the default process group."""
+def setup(device="auto", backend="auto", timeout_s=None, ddp=False):
+    """Check torchrun started us, pick the device, join the default process group.
+    ddp=True: for a script that builds a DDP model (lesson 05, "A clean exit")."""
     require_torchrun()
+    if ddp:  # DDP's constructor imports this; imported after the group, it keeps it alive
+        import torch._dynamo  # noqa: F401
     picked = pick_device(device)
     if backend == "auto":
         backend = dist.get_default_backend_for_device(picked)  # cuda: nccl, cpu: gloo
@@ -112,6 +116,31 @@ def teardown():
                            "`del` them first (freeing a model after its process group is "
                            "gone can hang this process: lesson 05, 'A clean exit')")
     dist.destroy_process_group()
+
+
+def write_results(path, model=None, **numbers):
+    """Write a run's numbers as JSON to `path` (nothing if it is None): every rank's,
+    gathered by rank 0, with a digest of each rank's weights and rank 0's weights. A
+    plain script (no process group) writes its own; started by torchrun, rank 0's only."""
+    if path is None:
+        return
+    mine, weights = dict(numbers), None
+    if model is not None:
+        weights = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+        mine["weights_sha256"] = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
+    ranks = [mine]
+    if dist.is_initialized():
+        ranks = [None] * dist.get_world_size()
+        dist.all_gather_object(ranks, mine)
+    if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))) != 0:
+        return
+    found = {"world_size": len(ranks), "ranks": ranks}
+    if weights is not None:
+        found["weights"] = weights.tolist()
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
+        json.dump(found, f)
+    os.replace(partial, path)  # a reader sees no file, or all of it
 
 
 if __name__ == "__main__":

@@ -86,6 +86,17 @@ def remove_stale_kernel_folders(min_age_s: float = 600, tmp: Path | None = None)
     return removed
 
 
+def changed_parameters(nb, parameters: dict) -> dict:
+    """The parameters whose values differ from the lesson's `parameters` cell: papermill adds
+    a cell for them (none when nothing differs, so a default run's page shows the lesson's
+    own cell once)."""
+    cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    defaults: dict = {}
+    if cells:
+        exec(cells[0].source, defaults)
+    return {k: v for k, v in parameters.items() if k not in defaults or defaults[k] != v}
+
+
 def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD_SIZE,
             extra_parameters: dict | None = None) -> float:
     """Execute notebook `nb` (a NotebookNode) with papermill inside `workspace/notebooks`,
@@ -114,7 +125,8 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     try:
         papermill.execute_notebook(
             str(source), str(out_path), cwd=str(Path(workspace) / "notebooks"),
-            parameters={"world_size": world_size, **(extra_parameters or {})},
+            parameters=changed_parameters(nb, {"world_size": world_size,
+                                               **(extra_parameters or {})}),
             kernel_name="python3", execution_timeout=CELL_TIMEOUT_S,
             progress_bar=False, log_output=False, request_save_on_cell_execute=False,
             config=config)

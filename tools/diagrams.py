@@ -24,6 +24,14 @@ ALT_TEXT = {
         "ranks 2 and 3, again with local ranks 0 and 1 on cuda:0 and cuda:1. World size 4. "
         "All ranks meet at MASTER_ADDR:MASTER_PORT on node 0."
     ),
+    "ddp_step.png": (
+        "One training step with DDP on 2 ranks. A global batch of 192 samples is dealt "
+        "out: rank 0 gets 96 and rank 1 the other 96. Each rank holds the same model, "
+        "runs forward and backward on its 96 samples and gets its own gradients. An "
+        "all-reduce averages the gradients across the ranks, so both ranks take the same "
+        "optimizer step and their models stay identical: the step one process takes with "
+        "all 192 samples."
+    ),
 }
 
 
@@ -73,7 +81,40 @@ def process_topology(nodes: int = 2, per_node: int = 2):
     return fig
 
 
-DIAGRAMS = {"process_topology.png": process_topology}
+def ddp_step(ranks: int = 2, batch: int = 192):
+    """One DDP step: the batch dealt out, a forward and backward per rank, the gradients
+    averaged by an all-reduce, the same step everywhere."""
+    fig, ax = plt.subplots(figsize=(9, 3.9))
+    share = batch // ranks
+    _box(ax, 0, 1.2, 1.7, 1.2, "#fff2cc", f"global batch\n{batch} samples", size=10,
+         weight="bold")
+    lane_h, top = 1.5, 3.3
+    for rank in range(ranks):
+        y = top - rank * (lane_h + 0.35) - lane_h
+        ax.annotate("", xy=(2.3, y + lane_h / 2), xytext=(1.7, 1.8),
+                    arrowprops=dict(arrowstyle="->", color="#555555", lw=1.2))
+        _box(ax, 2.3, y, 6.2, lane_h, "#eef3fb")
+        ax.text(2.45, y + lane_h - 0.22, f"rank {rank}", fontsize=10.5, weight="bold",
+                va="center")
+        _box(ax, 2.45, y + 0.2, 1.2, 0.75, "#ffffff", f"{share}\nsamples", size=9)
+        _box(ax, 3.9, y + 0.2, 1.7, 0.75, "#d9ead3", "same model:\nforward, backward",
+             size=8.5)
+        _box(ax, 5.85, y + 0.2, 1.2, 0.75, "#ffffff", "its own\ngradients", size=9)
+        _box(ax, 9.6, y + 0.2, 1.6, 0.75, "#d9ead3", "optimizer step\n(the same)", size=9)
+        ax.annotate("", xy=(9.6, y + 0.57), xytext=(8.5, y + 0.57),
+                    arrowprops=dict(arrowstyle="->", color="#555555", lw=1.2))
+    _box(ax, 7.25, 0.05, 1.05, 3.1, "#f4cccc", "all-reduce:\naverage\nthe\ngradients",
+         size=9, weight="bold")
+    ax.text(5.6, -0.35, "every rank ends the step with the same weights: the step one "
+            f"process takes with all {batch} samples", ha="center", fontsize=10)
+    ax.set_xlim(-0.1, 11.3)
+    ax.set_ylim(-0.6, 3.5)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+DIAGRAMS = {"process_topology.png": process_topology, "ddp_step.png": ddp_step}
 
 
 def main(dest: Path = IMAGES) -> list[Path]:

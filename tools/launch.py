@@ -507,3 +507,19 @@ def _signal_group(pid: int, sig: int) -> None:
             os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def show_diff(old: str, new: str, cwd: str | Path = REPO) -> None:
+    """Print what changed from script `old` to script `new` (paths from the repository's
+    root), leaving out their docstrings: `-` lines are gone, `+` lines are new."""
+    import difflib
+
+    def code(path):
+        text = (Path(cwd) / path).read_text()
+        return text[text.index("\nimport "):].splitlines()
+
+    for line in difflib.unified_diff(code(old), code(new), n=0, lineterm=""):
+        if line.startswith("@@"):
+            print()  # between the changed places
+        elif not line.startswith(("---", "+++")) and line not in ("+", "-"):  # blank lines
+            print(line)

@@ -115,3 +115,20 @@ def straggler_timeline(data: dict):
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def speed_bars(runs: dict, baseline: str):
+    """Samples trained per second, one bar per run ({label: samples per second}), each
+    labelled with its speed-up over the `baseline` run."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    labels, speeds = list(runs), list(runs.values())
+    bars = ax.barh(labels, speeds, color=["#999999", "#1a73e8", "#e69138"][:len(runs)])
+    for bar, speed in zip(bars, speeds):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f"  {speed:,.0f} /s  ({speed / runs[baseline]:.2f}x)", va="center")
+    ax.invert_yaxis()
+    ax.set_xlabel("samples trained per second (more is better)")
+    ax.set_xlim(0, max(speeds) * 1.35)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig

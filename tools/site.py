@@ -18,6 +18,8 @@ from pathlib import Path
 # What each lesson teaches, one line each, for the index. Keyed by notebook stem; a test
 # (tests/test_site.py) checks that every lesson has one and that there are no others.
 DESCRIPTIONS = {
+    "00_ddp_in_ten_minutes": "A plain training script made DDP with a handful of lines, run on 2 "
+    "processes, checked to give one process's weights, and timed against one process.",
     "00_how_the_course_works": "Why DDP code runs in a script that torchrun launches, not in the "
     "notebook; what torchrun gives each rank; reading per-rank output and failure reports.",
     "01_devices": "torch.device on CPU and GPU, cross-device errors, one device per rank from "
@@ -84,6 +86,8 @@ body { font-family: system-ui, sans-serif; margin: 0; }
   border-bottom: 1px solid #e3e6ea; }
 .ddp-index td.num { text-align: right; }
 .ddp-index .desc { color: #444; font-size: 14px; }
+.ddp-index .why { font-weight: 600; font-size: 14px; }
+.ddp-index h2 { font-size: 18px; margin: 1.4em 0 .4em; }
 """
 
 # The page template: nbconvert's lab page without its CDN scripts, with our navigation.
@@ -177,12 +181,35 @@ def embed_images(body: str, notebook_dir: Path) -> str:
 
 def write_index(rows: list[dict], dest: Path, pages: list[tuple[str, str]],
                 intro: str) -> None:
-    """`rows`: one dict per lesson with html, title, description, status, seconds."""
-    items = "\n".join(
-        f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a><br>'
-        f'<span class="desc">{html.escape(r["description"])}</span></td>'
-        f'<td>{html.escape(r["status"])}</td><td class="num">{r["seconds"]:.1f}</td></tr>'
-        for r in rows)
+    """`rows`: one dict per lesson with html, title, description, status, seconds. The
+    lessons are shown as the course map shows them (tools/course_map.py): the core path in
+    order, then the topics; a lesson the map does not know goes last."""
+    from tools import course_map
+
+    by_stem = {Path(r["html"]).stem: r for r in rows}
+    mapped = {m["stem"]: m for m in course_map.rows(seconds={})}
+    groups = [("The core path, in order", [m["stem"] for m in mapped.values()
+                                          if m["group"] == "core"])]
+    groups += [(f"Topic: {group}", [stem for stem, _ in entries])
+               for group, entries in course_map.TOPICS]
+    groups.append(("Other lessons", [stem for stem in by_stem if stem not in mapped]))
+
+    def row(r, m):
+        minutes = f"{m['minutes']} min" if m else ""
+        why = f'<br><span class="why">{html.escape(m["why"])}</span>' if m else ""
+        return (f'<tr><td><a href="{html.escape(r["html"])}">{html.escape(r["title"])}</a>'
+                f'{why}<br><span class="desc">{html.escape(r["description"])}</span></td>'
+                f'<td class="num">{minutes}</td><td>{html.escape(r["status"])}</td>'
+                f'<td class="num">{r["seconds"]:.1f}</td></tr>')
+
+    tables = []
+    for heading, stems in groups:
+        body = "\n".join(row(by_stem[s], mapped.get(s)) for s in stems if s in by_stem)
+        if body:
+            tables.append(f"<h2>{html.escape(heading)}</h2>\n<table><tr><th>lesson</th>"
+                          f"<th>reading</th><th>status</th><th>seconds</th></tr>\n{body}\n"
+                          "</table>")
+    items = "\n".join(tables)
     dest.write_text(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
@@ -194,9 +221,10 @@ def write_index(rows: list[dict], dest: Path, pages: list[tuple[str, str]],
 {prevnext(pages, dest.name)}
 <h1>ddp-course: PyTorch DistributedDataParallel from first principles</h1>
 <p>{intro}</p>
-<table><tr><th>lesson</th><th>status</th><th>seconds</th></tr>
+<p>New to DDP? Take the core path in order: it gets a training script running with DDP, right
+and faster. The topics are for when you need them. Reading: minutes for the main text and its
+code; seconds: this run's time to execute the lesson.</p>
 {items}
-</table>
 {prevnext(pages, dest.name)}
 </div></body></html>
 """)
