@@ -149,3 +149,15 @@ def test_the_digits_are_scikit_learns():
     from sklearn.datasets import load_digits
 
     sys.path.insert(0, str(REPO / "ddp_scripts"))
+    try:
+        digits = importlib.import_module("digits")
+    finally:
+        sys.path.remove(str(REPO / "ddp_scripts"))
+    train, (test_x, test_y) = digits.load_data()
+    x = torch.cat([train.tensors[0], test_x]).flatten(1) * 16
+    y = torch.cat([train.tensors[1], test_y])
+    order = torch.randperm(1797, generator=torch.Generator().manual_seed(0))
+    reference = load_digits()
+    assert np.array_equal(x.numpy(), reference.data[order.numpy()].astype(np.float32))
+    assert np.array_equal(y.numpy(), reference.target[order.numpy()])
+    assert len(train) == 1536
