@@ -40,6 +40,9 @@ PAGE = r"""() => ({
     current: a.getAttribute('aria-current')})),
   prev: [...document.querySelectorAll('a[rel=prev]')].map(a => a.getAttribute('href')),
   next: [...document.querySelectorAll('a[rel=next]')].map(a => a.getAttribute('href')),
+  details: [...document.querySelectorAll('details')].map(d => ({
+    summary: (d.querySelector('summary') || {textContent: ''}).textContent.trim().slice(0, 60),
+    open: d.open, inside: d.innerText.length - d.querySelector('summary').innerText.length})),
   rows: [...document.querySelectorAll('.ddp-index tr')].map(tr => ({
     href: tr.querySelector('a') && tr.querySelector('a').getAttribute('href'),
     text: tr.innerText.replace(/\s+/g, ' ')})),
@@ -194,6 +197,12 @@ def test_site_in_chromium(built_site, browser):
         if len(page["images"]) != images[name]:
             problems.append(f"{name}: {len(page['images'])} images on the page, "
                             f"{images[name]} in the notebook")
+        # A deep dive is folded and holds its text (a block whose text falls outside its
+        # <details>, as nbconvert's image embedding made it, would show unfolded).
+        for block in page["details"]:
+            if block["open"] or block["inside"] < 40:
+                problems.append(f"{name}: deep dive {block['summary']!r} is open or empty "
+                                f"({block['inside']} characters inside)")
         # Navigation: every page listed in order, this one marked; previous and next.
         expected = [{"href": href, "text": text, "current": "page" if href == name else None}
                     for href, text in pages]

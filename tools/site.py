@@ -154,7 +154,7 @@ def render_lesson(executed: Path, dest: Path, notebook_dir: Path,
 
     exporter = HTMLExporter(template_name="lab", template_file="ddp_page.html.j2",
                             extra_loaders=[DictLoader({"ddp_page.html.j2": TEMPLATE})],
-                            embed_images=True)  # the page carries its diagrams
+                            embed_images=False)  # embed_images() below embeds them
     body, _ = exporter.from_filename(str(executed), resources={
         "metadata": {"path": str(notebook_dir)},
         "ddp_css": CSS, "ddp_nav": nav(pages, dest.name),
