@@ -42,7 +42,9 @@ PAGE = r"""() => ({
   next: [...document.querySelectorAll('a[rel=next]')].map(a => a.getAttribute('href')),
   details: [...document.querySelectorAll('details')].map(d => ({
     summary: (d.querySelector('summary') || {textContent: ''}).textContent.trim().slice(0, 60),
-    open: d.open, inside: d.innerText.length - d.querySelector('summary').innerText.length})),
+    open: d.open,
+    inside: d.textContent.length
+      - (d.querySelector('summary') || {textContent: ''}).textContent.length})),
   rows: [...document.querySelectorAll('.ddp-index tr')].map(tr => ({
     href: tr.querySelector('a') && tr.querySelector('a').getAttribute('href'),
     text: tr.innerText.replace(/\s+/g, ' ')})),
