@@ -43,7 +43,7 @@ def main():
     found = meter.results()
     print(f"trained on {found['samples']} samples, {found['per_second']:.0f} per second")
     write_results(args.out, model, accuracy=accuracy, **found)
-    del model, optimizer  # NEW: DDP model first (lesson 05 · DistributedDataParallel)
+    del model, optimizer  # NEW: else freeing it after teardown can hang (torch 2.13)
     teardown()  # NEW: leave the job
 
 

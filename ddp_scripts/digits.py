@@ -48,8 +48,7 @@ def test_accuracy(model, test, device):
 
 
 class Meter:
-    """Samples trained on, per second from the second step on, and the share of a CPU
-    core the process had (1.0: a core to itself)."""
+    """Samples per second from the second step on; the share of a core the process had."""
 
     def __init__(self):
         self.samples, self.start = 0, None
