@@ -215,7 +215,7 @@ def main():
     backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
         else args.backend
     check_backend(backend)
-    setup(device.type, backend)  # the group, with this backend
+    setup(device.type, backend, ddp=args.ddp_buckets)  # the group; ddp: lesson 05
 
     supported = probe_operations(device)
     reduce_ops = probe_reduce_ops(device)

@@ -4,9 +4,10 @@
    starts here from different random weights on purpose), and it copies rank 0's
    buffers again at the start of every training forward.
 2. In backward DDP all-reduces gradients in buckets, while backward is still running:
-   a communication hook records each bucket as it is handed over, and tensor hooks
-   record when each gradient was computed. Three steps show which buckets DDP uses
-   in the first step and after, by default and with find_unused_parameters=True.
+   a communication hook records each bucket as it is handed over and back, and a
+   hook on each parameter when its gradient is ready. Three steps show which buckets
+   DDP uses in the first step and after, by default and with
+   find_unused_parameters=True; every rank's second step makes a timeline.
 3. N ranks with B/N samples each take the same steps as one process with all B
    samples (SGD with momentum), and where they do not: BatchNorm, a sum-reduced loss,
    a DistributedSampler that pads.
@@ -22,7 +23,6 @@ import sys
 import time
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -90,8 +90,9 @@ def check_broadcast(rank, device):
 
 
 def record_buckets(device, world_size, bucket_cap_mb, find_unused_parameters, num_steps=3):
-    """A few training steps, watching when each gradient is computed and when each
-    bucket is handed to the all-reduce and comes back."""
+    """A few training steps, watching when each gradient is ready and when each bucket
+    is handed to the all-reduce and comes back. Times from the start of backward, which
+    began backward_from_barrier seconds after a barrier all ranks left together."""
     model = make_model(seed=0).to(device)
     ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters,
               device_ids=[device.index] if device.type == "cuda" else None)
@@ -110,19 +111,21 @@ def record_buckets(device, world_size, bucket_cap_mb, find_unused_parameters, nu
 
         return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(average)
 
-    def gradient_computed(name):
-        def note(grad):  # a tensor hook: runs when this parameter's gradient is computed
+    def gradient_ready(name):
+        def note(param):  # runs once param.grad holds this backward's gradient
             ready.setdefault(name, time.perf_counter())
         return note
 
     ddp.register_comm_hook(None, hook)
     for name, p in model.named_parameters():
-        p.register_hook(gradient_computed(name))
+        p.register_post_accumulate_grad_hook(gradient_ready(name))
     x, y = make_data(32)
     steps = []
     for _ in range(num_steps):  # DDP may rebuild its buckets after the first step
         events.clear()
         ready.clear()
+        dist.barrier()  # a common start for the timelines of all ranks
+        common = time.perf_counter()
         loss = F.cross_entropy(ddp(x.to(device)), y.to(device))
         start = time.perf_counter()
         loss.backward()
@@ -130,7 +133,7 @@ def record_buckets(device, world_size, bucket_cap_mb, find_unused_parameters, nu
         steps.append({
             "buckets": [{**e, "at": e["at"] - start, "done": e["done"] - start} for e in events],
             "grad_ready": {name: t - start for name, t in ready.items()},
-            "backward_seconds": end - start})
+            "backward_seconds": end - start, "backward_from_barrier": start - common})
     return {"parameters": list(names.values()), "steps": steps}
 
 
@@ -191,9 +194,11 @@ def run(rank, world_size, device, args):
              "equivalence": {v: compare(v, rank, world_size, device, args) for v in
                              ("plain", "batchnorm", "sum_loss", "sum_loss_scaled", "padded")},
              "syncbatchnorm": try_syncbatchnorm(device)}
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, found["broadcast"])
-    found["broadcast"] = everyone
+    for key, mine in (("broadcast", found["broadcast"]),
+                      ("timelines", found["buckets"]["steps"][1])):  # every rank's
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, mine)
+        found[key] = everyone
     return found
 
 
@@ -207,7 +212,7 @@ def main():
     if args.batch % world_size:
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
 
-    device = setup().device  # lesson 01: checks, device, process group
+    device = setup(ddp=True).device  # lesson 01; ddp=True: see "A clean exit"
     found = run(rank, world_size, device, args)
     if is_rank0:
         for variant, result in found["equivalence"].items():

@@ -18,7 +18,6 @@ import sys
 import time
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -144,7 +143,7 @@ def main():
     if args.batch % world_size:
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world_size}")
 
-    device = setup().device  # lesson 01: checks, device, process group
+    device = setup(ddp=True).device  # lessons 01 and 05: checks, device, process group
     start = time.perf_counter()
     facts, history, weights, sizes = train(rank, world_size, device, args, is_rank0)
     found = {"world_size": world_size, "batch": args.batch, **sizes, "history": history,

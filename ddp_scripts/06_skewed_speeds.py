@@ -39,7 +39,6 @@ import time
 from datetime import timedelta
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -372,11 +371,12 @@ def main():
     slow = world_size - 1 if args.slow_rank is None else args.slow_rank
     if not 0 < slow < world_size:
         sys.exit(f"--slow-rank must be between 1 and {world_size - 1}: rank 0 reports")
-    device = setup(args.device, timeout_s=args.timeout).device  # lesson 01
+    device = setup(args.device, timeout_s=args.timeout, ddp=True).device  # lessons 01, 05
 
     found = {"world_size": world_size, "slow_rank": slow, "delay": args.delay,
              "steps": args.steps, "short_timeout": args.short_timeout,
-             "batches": args.batches, "backend": dist.get_backend(), "device": str(device)}
+             "batches": args.batches, "backend": dist.get_backend(), "device": str(device),
+             "nccl_async_error_handling": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING")}
     mine = {"timeline": straggler(rank, slow, args, device)}
     dist.barrier()
     mine["monitored_barrier"] = late_for_monitored_barrier(rank, slow, args)

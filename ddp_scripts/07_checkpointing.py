@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
@@ -114,7 +113,9 @@ def collate_with_seed(samples):
 # The heavy imports a worker meets when it runs this script's top level again (to find
 # Augmented): the forkserver imports them once, so each worker forked from it starts at
 # once. The forkserver skips a name it cannot import, silently: keep them spelled right.
-WORKER_MODULES = ["numpy", "torch", "torch._dynamo", "torch.distributed.checkpoint",
+# (torch._dynamo is not among them: setup(ddp=True) imports it in main(), which the
+# workers do not run.)
+WORKER_MODULES = ["numpy", "torch", "torch.distributed.checkpoint",
                   "torch.distributed.tensor"]
 
 
@@ -164,6 +165,7 @@ class Run:
             self.optimizer, step_size=len(self.loader), gamma=0.5)
         self.step = 0  # optimizer steps done so far
         self.lrs = []  # the learning rate of each step this object took
+        self.losses = []  # this rank's loss at each step this object took
         self.loader_seeds = {}  # epoch -> the base seed of its workers
 
     def train_until(self, last_step, resume_epoch=None, resume_skip=None, save_at=(),
@@ -199,6 +201,7 @@ class Run:
         self.optimizer.zero_grad()
         loss = F.cross_entropy(self.ddp(x.to(self.device)), y.to(self.device))
         loss.backward()  # the dropout in the forward pass used torch's RNG
+        self.losses.append(loss.item())
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
@@ -356,9 +359,10 @@ def resume_experiments(args, rank, device, folder, steps):
     reference = Run(args, rank, device)  # the uninterrupted run, which saves on its way
     reference.train_until(steps, save_at=(args.stop_at,), folder=folder)
     expected, expected_lrs = reference.weights(), reference.lrs[args.stop_at:]
-    del reference
     path = Path(folder) / f"step-{args.stop_at:06d}.pt"
-    results = {"checkpoint": path.name, "lrs": {"uninterrupted": expected_lrs}}
+    results = {"checkpoint": path.name, "lrs": {"uninterrupted": expected_lrs},
+               "losses": {"uninterrupted": reference.losses}}  # rank 0's, for the figure
+    del reference
     variants = {  # what to restore, and where to go on
         "full": {},
         "no_optimizer_state": {"parts": ("model", "scheduler", "step", "rng")},
@@ -381,7 +385,7 @@ def resume_experiments(args, rank, device, folder, steps):
         got = run.weights()
         results[name] = {"equal": torch.equal(got, expected),
                          "max_abs_diff": (got - expected).abs().max().item()}
-        results["lrs"][name] = run.lrs
+        results["lrs"][name], results["losses"][name] = run.lrs, run.losses
         del run
     results["loaded_onto"] = str(next(iter(checkpoint["model"].values())).device)
     return results, expected
@@ -436,6 +440,11 @@ def workers_experiment(args, rank, device, folder, steps):
         seeds.append(next(iter(loader))[2])
     found["persistent_seeds"] = seeds
     del loader
+    # a resumed run makes a new persistent loader, first iterated in the resumed epoch
+    _, loader = make_loader(args, augment=True, workers=1, persistent=True)
+    loader.generator.manual_seed(epoch_seed(args.seed, rank, args.stop_at // len(loader)))
+    found["persistent_resumed_seed"] = next(iter(loader))[2]
+    del loader
     return found
 
 
@@ -486,7 +495,7 @@ def truncation_errors(whole, folder):
     crash while writing leaves it), and about a 1 MB one cut in half."""
     folder.mkdir()
     big = serialized({"weights": torch.zeros(256 * 1024)})  # 1 MB of float32
-    cuts = {"empty": whole[:0], "first 2 bytes": whole[:2], "first 100 bytes": whole[:100],
+    cuts = {"empty": whole[:0], "first 2 bytes": whole[:2], "first 10 bytes": whole[:10],
             "half": whole[: len(whole) // 2], "all but the last 10 bytes": whole[:-10],
             "1 MB file, half": big[: len(big) // 2]}
     found = []
@@ -594,7 +603,7 @@ def main():
     args = parse_args()
     require_torchrun()
     rank = int(os.environ["RANK"])
-    device = setup().device  # lesson 01: checks, device, process group
+    device = setup(ddp=True).device  # lesson 01: checks, device, process group
     if args.dcp_load:
         found = dcp_load(args.dcp_load, rank, device)
     else:

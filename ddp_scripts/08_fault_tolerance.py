@@ -254,9 +254,11 @@ def train(args, rank, device, folder, events, restart, kill_rank):
             state = run.state()
             if rank == 0:
                 save_atomic(state, Path(folder) / f"step-{run.step:06d}.pt")
+                events.add("saved", step=run.step)
             dist.barrier()  # the checkpoint is complete before anyone goes on
         if may_die and run.step == args.kill_at:
             die(events, run.step)
+    events.add("finished", step=run.step)
     return run.weights()
 
 

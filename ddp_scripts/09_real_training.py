@@ -16,7 +16,6 @@ import time
 import warnings
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -61,15 +60,29 @@ def data(rank, device, n=8, width=16):
     return torch.randn(n, width, generator=g, dtype=torch.float64).to(device)
 
 
+def weights(model):
+    return torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
+
+
 def skipped_branch(rank, device):
-    """Plain DDP, aux never used: two steps, and the error if one comes."""
+    """Plain DDP, aux never used: two steps of SGD, what step 0 did, and the error."""
     torch.manual_seed(0)
     model = DDP(Net().double().to(device))
+    alone = Net().double().to(device)  # the same weights without DDP: this rank's gradient
+    alone.load_state_dict(model.module.state_dict())
+    alone(data(rank, device)).sum().backward()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     found = {"error": None}
     try:
         for step in range(2):
             found["step"] = step
-            model(data(rank, device)).sum().backward()
+            optimizer.zero_grad()
+            model(data(rank, device)).sum().backward()  # step 1 raises in the forward
+            found["own_gradient"] = all(  # step 0: was anything averaged?
+                torch.equal(p.grad, q.grad) for p, q in
+                zip(model.module.parameters(), alone.parameters()) if q.grad is not None)
+            optimizer.step()
+            found["weights"] = weights(model.module).tolist()
     except RuntimeError as error:
         found["error"] = str(error)
     del model
@@ -271,7 +284,7 @@ def mixed_precision(rank, device, steps=4):
 @record
 def main():
     args = parse_args()
-    world = setup(args.device)  # lesson 01: checks, device, process group
+    world = setup(args.device, ddp=True)  # lesson 01; ddp=True: lesson 05, "A clean exit"
     rank, world_size, device = world.rank, world.world_size, world.device
     found = {"rank": rank}
     found["unused"] = unused_parameters(rank, world_size, device, args.timing_steps)

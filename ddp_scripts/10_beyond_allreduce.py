@@ -15,7 +15,6 @@ import json
 import time
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -215,7 +214,7 @@ def compiled(rank, device, backend):
         return graph_module.forward
 
     def build(make, inside=False, **ddp_kwargs):
-        torch._dynamo.reset()  # forget what earlier compiles cached
+        torch.compiler.reset()  # forget what earlier compiles cached
         graphs.clear()
         torch.manual_seed(0)
         inner = make().to(device)
@@ -261,7 +260,7 @@ def compiled(rank, device, backend):
 @record
 def main():
     args = parse_args()
-    world = setup(args.device)  # lesson 01: checks, device, process group
+    world = setup(args.device, ddp=True)  # lesson 01; ddp=True: lesson 05, "A clean exit"
     rank, world_size, device = world.rank, world.world_size, world.device
     found = {"rank": rank}
     found["hooks"] = hooks(rank, device, args.steps)

@@ -1,12 +1,12 @@
-"""Lesson 11: model parallelism combined with DDP, RPC, and logging to TensorBoard.
+"""Lesson 11: pipeline parallelism combined with DDP, by hand and with torch.distributed.pipelining.
 
-A small network split into two stages, each in its own process (pipeline, or model,
-parallelism: stage 0 sends its activations to stage 1, stage 1 sends their gradient
-back), and each stage replicated with DDP over a process group of its own (data
-parallelism): 2 stages x N/2 replicas. Every rank compares its weights with the same
-training on one process. Rank 0 logs the loss to TensorBoard. Then the same processes
-start torch.distributed.rpc and call functions on each other. Needs an even number of
-processes (4 in the lesson).
+A small network split into two stages, each in its own process (stage 0 sends its
+activations to stage 1, stage 1 sends their gradient back), and each stage replicated
+over a process group of its own (data parallelism): 2 stages x N/2 replicas. First by hand,
+with send, recv and DDP; then with torch.distributed.pipelining's GPipe schedule over
+micro-batches. Every rank compares its weights with the same training on one process.
+Rank 0 logs the loss to TensorBoard. Last, the same processes start torch.distributed.rpc
+and call functions on each other. Needs an even number of processes (4 in the lesson).
 
     torchrun --standalone --nproc-per-node=4 ddp_scripts/11_pipeline_ddp.py
 """
@@ -19,12 +19,12 @@ import time
 import warnings
 
 import torch
-import torch._dynamo  # noqa: F401  imported before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 import torch.nn.functional as F
 from ddp_common import record, require_torchrun, setup, teardown
+from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 STAGES, WIDTH, BATCH = 2, 32, 16
@@ -35,6 +35,7 @@ def parse_args():
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--micro", type=int, default=4, help="micro-batches (section 2)")
     parser.add_argument("--logdir", help="rank 0 writes TensorBoard event files here")
     parser.add_argument("--out", help="rank 0 writes what every rank found as JSON here")
     return parser.parse_args()
@@ -107,6 +108,8 @@ def reference(steps, replicas, lr):
 def train(rank, world_size, args):
     stage, replica, partner = layout(rank, world_size)
     groups = stage_groups(world_size)
+    probe = torch.tensor([2.0**rank], dtype=torch.float64)
+    dist.all_reduce(probe, group=groups[stage])  # bit q set: rank q took part
     model = DDP(stage_model(stage), process_group=groups[stage])
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
     writer = None
@@ -130,10 +133,52 @@ def train(rank, world_size, args):
     mine = torch.cat([p.detach().flatten() for p in model.parameters()])
     gap = (mine - reference(args.steps, world_size // STAGES, args.lr)[stage]).abs().max()
     found = {"rank": rank, "stage": stage, "replica": replica, "partner": partner,
-             "group": dist.get_process_group_ranks(groups[stage]), "gap": gap.item(),
+             "group": dist.get_process_group_ranks(groups[stage]),
+             "group_sum": int(probe.item()), "gap": gap.item(),
              "losses": losses}
     del model, optimizer
     return found
+
+
+def timeline(model, events):
+    """Note when each micro-batch's forward and backward start and end on this stage."""
+    clock = time.perf_counter
+    model.register_forward_pre_hook(lambda module, inputs: events.append(["F", clock()]))
+    model.register_forward_hook(lambda module, inputs, output: events[-1].append(clock()))
+    model.register_full_backward_pre_hook(lambda module, grads: events.append(["B", clock()]))
+    model[0].weight.register_hook(lambda grad: events[-1].append(clock()))  # its last gradient
+
+
+def pipelined(rank, world_size, args):
+    """The same training with torch.distributed.pipelining: GPipe over micro-batches."""
+    stage, replica, _ = layout(rank, world_size)
+    replicas = world_size // STAGES
+    groups = stage_groups(world_size)
+    pipes = [dist.new_group([k, replicas + k]) for k in range(replicas)]  # a replica's stages
+    model, events = stage_model(stage), []
+    timeline(model, events)
+    schedule = ScheduleGPipe(PipelineStage(model, stage, STAGES, torch.device("cpu"),
+                                           group=pipes[replica]),
+                             n_microbatches=args.micro, loss_fn=F.mse_loss)
+    optimizer, quickest = torch.optim.SGD(model.parameters(), lr=args.lr), None
+    for step in range(args.steps):
+        x, y = batch(replica, step)
+        optimizer.zero_grad()
+        dist.barrier()  # all ranks start the step together: their clocks line up
+        events.clear()
+        start = time.perf_counter()
+        schedule.step(x) if stage == 0 else schedule.step(target=y)
+        took = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(took, op=dist.ReduceOp.MAX)  # the step ends with its slowest rank
+        if quickest is None or took.item() < quickest[0]:  # the least disturbed step
+            quickest = (took.item(), [[kind, *(t - start for t in ts)] for kind, *ts in events])
+        for p in model.parameters():  # DDP's work, by hand: the mean over the replicas
+            dist.all_reduce(p.grad, group=groups[stage])
+            p.grad /= replicas
+        optimizer.step()
+    mine = torch.cat([p.detach().flatten() for p in model.parameters()])
+    gap = (mine - reference(args.steps, replicas, args.lr)[stage]).abs().max()
+    return {"gap": gap.item(), "micro": args.micro, "events": quickest[1]}
 
 
 def describe(rank):
@@ -166,8 +211,9 @@ def main():
     if world_size % STAGES:
         sys.exit(f"{STAGES} stages need an even number of processes, not {world_size}: "
                  f"use --nproc-per-node=4 (2 stages x 2 replicas)")
-    world = setup("cpu")  # lesson 01; the stages exchange tensors with send and recv
+    world = setup("cpu", ddp=True)  # lesson 01; ddp=True: lesson 05, "A clean exit"
     found = {"train": train(world.rank, world_size, args)}
+    found["train"]["pipelining"] = pipelined(world.rank, world_size, args)
     everyone = [None] * world_size
     dist.all_gather_object(everyone, found["train"])
     teardown()

@@ -11,7 +11,6 @@ import json
 import sys
 
 import torch
-import torch._dynamo  # noqa: F401  before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -54,7 +53,7 @@ def run_exercise(train_step):
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
+    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout, ddp=True)  # lesson 01
     model, counter, optimizer = counted_model()
     reference, reference_counter, reference_optimizer = counted_model()
     found = {"steps": []}

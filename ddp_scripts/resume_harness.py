@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch._dynamo  # noqa: F401  before the process group exists: see experiment() below
 import torch.distributed as dist
 import torch.nn.functional as F
 from ddp_common import record, setup, teardown
@@ -75,10 +74,6 @@ def weights(model):
 
 
 def experiment(save_checkpoint, load_checkpoint, folder):
-    # (DDP's constructor imports torch._dynamo on torch 2.13. Imported after
-    # init_process_group, it keeps references to the group, so destroy_process_group does
-    # not end Gloo's threads, which then run into the interpreter's exit. Imported first,
-    # it does not: the group and its threads end in destroy_process_group.)
     rank = dist.get_rank()
     sampler, loader = make_loader()
     stop_at, last_step = len(loader) + len(loader) // 2, 3 * len(loader)
@@ -126,7 +121,7 @@ def run_exercise(save_checkpoint, load_checkpoint):
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    setup("cpu", timeout_s=args.timeout)  # lesson 01; CPU and Gloo: the lesson is the files
+    setup("cpu", timeout_s=args.timeout, ddp=True)  # lesson 01; CPU and Gloo: the files
     torch.save = slow_disk(torch.save, args.slow_disk)
     rank = dist.get_rank()
     folder = [tempfile.mkdtemp(prefix="ddp-course-07-exercise-") if rank == 0 else None]

@@ -8,7 +8,6 @@ import json
 import sys
 
 import torch
-import torch._dynamo  # noqa: F401  before the process group: lesson 05, "A clean exit"
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
@@ -47,7 +46,7 @@ def run_exercise(train):
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, n, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
+    rank, _, n, _ = setup("cpu", timeout_s=args.timeout, ddp=True)  # lessons 01, 05
     counts = [args.batches[0]] * (n - 1) + [args.batches[1]]
     ddp = DDP(make_model())
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)

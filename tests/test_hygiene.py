@@ -8,7 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools.course import NOTEBOOKS, REPO, lessons
+from tools.course import MAX_MAIN_PATH_WORDS, NOTEBOOKS, REPO, lessons, main_path_words
 from tools.diagrams import ALT_TEXT
 from tools.exercises import written_scripts
 
@@ -50,6 +50,36 @@ def test_lesson_structure(path):
     for required in ("**What you will learn**", "**Prerequisites**", "## Summary",
                      "## Exercises", "**Next:**"):
         assert required in markdown, required
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_main_path_is_short(path):
+    """Internals, histories and workaround mechanics fold into <details> deep dives; what
+    a reader sees unfolded stays short (fenced code not counted)."""
+    words = main_path_words(read(path))
+    assert words <= MAX_MAIN_PATH_WORDS, \
+        f"{words} words of prose outside <details> (at most {MAX_MAIN_PATH_WORDS}): fold more"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_prose_names_no_test_file(path):
+    """A lesson teaches from its own cells; the test suite is not reading for learners."""
+    markdown = "\n".join(c.source for c in read(path).cells if c.cell_type == "markdown")
+    found = re.findall(r"tests/[\w./-]*", markdown)
+    assert not found, f"prose names test files: {sorted(set(found))}"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_deep_dives_are_well_formed(path):
+    """Every <details> has a <summary> line and is closed in the same cell (JupyterLab
+    and the site both fold it then)."""
+    for cell in read(path).cells:
+        if cell.cell_type != "markdown":
+            continue
+        opened, closed = cell.source.count("<details>"), cell.source.count("</details>")
+        assert opened == closed, f"unbalanced <details> in: {cell.source[:80]}"
+        for block in re.findall(r"<details>(.*?)</details>", cell.source, flags=re.S):
+            assert re.match(r"\s*<summary>.+?</summary>", block, flags=re.S), block[:80]
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)

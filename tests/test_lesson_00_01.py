@@ -1,8 +1,11 @@
 """Lessons 00 and 01: what torchrun's failure report holds, with and without @record,
-and how it picks the Root Cause (torch 2.13)."""
+and how it picks the Root Cause (torch 2.13); lesson 00's exercise 2 on its typical wrong
+answer."""
 import json
 import sys
 
+import nbformat
+import pytest
 from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, start_processes
 from torch.distributed.elastic.multiprocessing.errors import (
     ChildFailedError,
@@ -10,6 +13,7 @@ from torch.distributed.elastic.multiprocessing.errors import (
     ProcessFailure,
 )
 
+from tools.course import NOTEBOOKS, REPO
 from tools.launch import launch
 
 NO_TRACEBACK = "traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic"
@@ -43,13 +47,32 @@ def test_with_record_a_single_failure_carries_its_traceback():
     assert others.strip().startswith("<NO_OTHER_FAILURES>")  # one process, one failure
 
 
-def test_record_lets_system_exit_through():
-    """argparse leaves through SystemExit, which @record does not record."""
-    result = launch("ddp_scripts/00_hello_ranks.py", "--no-such-option", nproc=2,
-                    timeout=120, echo=False, expect_failure=True)
+def exercise_2_check() -> str:
+    nb = nbformat.read(NOTEBOOKS / "00_how_the_course_works.ipynb", as_version=4)
+    return next(c.source for c in nb.cells if "check" in c.metadata.get("tags", [])
+                and "00_failure_exercise.py" in c.source)
+
+
+def test_record_lets_system_exit_through_and_exercise_2_says_so(scripts_dir):
+    """Exercise 2's typical wrong answer keeps @record but stops the rank with sys.exit
+    (as argparse does on a bad option): @record does not record SystemExit, so the report
+    has no traceback, and the exercise's check says what it expected and what came."""
+    source = (REPO / "ddp_scripts" / "00_failure_exercise.py").read_text()
+    raising = '        raise ValueError(f"rank {rank}: my shard of the data is empty")\n'
+    assert source.count(raising) == 1 and source.count("@record") == 1
+    script = scripts_dir / "00_failure_exercise.py"
+    script.write_text(source.replace(raising, raising.replace("raise ValueError", "sys.exit")))
+    result = launch(str(script), "--empty-rank", 1, nproc=2, timeout=120, echo=False,
+                    expect_failure=True)
     root, others = split_report(result.output)
-    assert "exitcode  : 2 " in root and "error_file: <N/A>" in root and NO_TRACEBACK in root
-    assert "<NO_OTHER_FAILURES>" not in others  # the other rank is listed (exit 2 or -15)
+    assert "rank      : 1 (local_rank: 1)" in root and "exitcode  : 1 " in root
+    assert "error_file: <N/A>" in root and NO_TRACEBACK in root
+    assert "<NO_OTHER_FAILURES>" not in others  # the other rank is listed (stopped)
+    namespace = {"launch": lambda *args, **kwargs: result, "world_size": 2,
+                 "exercise_timeout": 90}
+    with pytest.raises(AssertionError, match=r"(?s)expected the Root Cause to hold rank 1's "
+                       r"traceback ending in .*error_file: <N/A>.*lets sys.exit through"):
+        exec(exercise_2_check(), namespace)
 
 
 def test_record_writes_whole_seconds_and_ties_go_to_the_first_listed(tmp_path, monkeypatch):

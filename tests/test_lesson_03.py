@@ -3,8 +3,8 @@
 The lesson runs its script once, with the learner's environment and world size. This
 test runs it with 3 ranks (so that algbw and busbw differ), with OMP_NUM_THREADS
 exported, as a learner's shell might (torchrun must keep that value, and the lesson's
-check expects it rather than torchrun's default of 1), and with --ddp-buckets, which
-the lesson leaves out for time: real DDP buckets, with bucket_cap_mb None and 25.
+check expects it rather than torchrun's default of 1), and with --ddp-buckets, as the
+lesson does: real DDP buckets, with bucket_cap_mb None and 25, at 3 ranks.
 """
 
 import math

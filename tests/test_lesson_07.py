@@ -100,3 +100,16 @@ def test_a_truncated_checkpoint_without_its_zip_signature(tmp_path):
     with pytest.raises(pickle.UnpicklingError):  # what that message suggests fails too
         torch.load(tmp_path / "cut.pt", weights_only=False)
     assert "not a ZIP archive" in load_error(tmp_path, whole[:10])
+
+
+@pytest.mark.parametrize("cut_to, expected", [
+    (0, "EOFError: "), (1, "UnpicklingError: Weights only load failed"),
+    (3, "UnpicklingError: Weights only load failed"),
+    (4, "RuntimeError: PytorchStreamReader failed reading zip archive: not a ZIP archive"),
+    (21, "RuntimeError: PytorchStreamReader failed reading zip archive: not a ZIP archive"),
+    (22, f"RuntimeError: {CENTRAL}"), (4096, f"RuntimeError: {CENTRAL}")])
+def test_the_five_messages_of_a_short_checkpoint(tmp_path, cut_to, expected):
+    # Lesson 07, the deep dive on cut files (torch 2.13): no signature below 4 bytes (the
+    # pre-zip reader); below 22 bytes, shorter than the zip's end record: miniz says "not a
+    # ZIP archive"; from 22 bytes to one 4 KiB block, it finds no central directory.
+    assert load_error(tmp_path, saved_bytes(10_000)[:cut_to]).startswith(expected)

@@ -1,5 +1,6 @@
 """Every lesson executes under papermill, and every exercise's check passes on its
-solution and fails on its stub (one execution of the proof version proves both)."""
+solution and fails on its stub (one execution of the proof version proves both); lessons
+02 to 12 each show a figure drawn from their own run."""
 import nbformat
 import pytest
 
@@ -23,3 +24,7 @@ def test_lesson_executes_and_every_check_can_fail(path, workspace, tmp_path):
         for output in cell.get("outputs", []))
     for number in range(1, len(exercises(nb)) + 1):
         assert f"exercise {number}: the stub fails its check" in proof_output
+    if 2 <= int(path.name[:2]) <= 12:  # lessons 02-12 each draw a figure from their run
+        figures = [output for cell in executed.cells for output in cell.get("outputs", [])
+                   if "image/png" in output.get("data", {})]
+        assert figures, f"{path.stem} drew no figure from its run"

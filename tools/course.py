@@ -4,6 +4,7 @@ working copy of the course to execute in, and papermill's execution of one noteb
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -39,6 +40,24 @@ def why_not_here(path: Path) -> str | None:
         return None
     from tools import cluster
     return cluster.why_not()
+
+
+MAX_MAIN_PATH_WORDS = 1500  # prose a lesson may hold outside its folded deep dives
+
+
+def main_path_prose(nb) -> str:
+    """A lesson's prose as a reader sees it unfolded: its markdown with the folded
+    `<details>` blocks and the fenced code taken out."""
+    parts = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            text = re.sub(r"<details>.*?</details>", "", cell.source, flags=re.S)
+            parts.append(re.sub(r"```.*?```", "", text, flags=re.S))
+    return "\n".join(parts)
+
+
+def main_path_words(nb) -> int:
+    return len(re.findall(r"\w+", main_path_prose(nb)))
 
 
 def title(nb) -> str:

@@ -117,6 +117,189 @@ def ddp_step(ranks: int = 2, batch: int = 192):
 DIAGRAMS = {"process_topology.png": process_topology, "ddp_step.png": ddp_step}
 
 
+
+def ring_allreduce(n: int = 3):
+    """Ring all-reduce on n ranks, step by step: each rank's tensor cut into n chunks, n-1
+    reduce-scatter steps (send right, add what comes from the left), then n-1 all-gather
+    steps (send right, overwrite), with who sends which chunk to whom."""
+    names = "abcdefgh"[:n]
+    held = [[{r} for _ in range(n)] for r in range(n)]  # held[r][c]: ranks summed in
+    panels = [("start, own values", held, [])]
+    for phase in ("reduce-scatter", "all-gather"):
+        for step in range(n - 1):
+            sends = [((r - step) % n if phase == "reduce-scatter" else (r - step + 1) % n)
+                     for r in range(n)]
+            new = [[set(s) for s in row] for row in held]
+            for r in range(n):
+                c, dst = sends[r], (r + 1) % n
+                new[dst][c] = held[dst][c] | held[r][c] if phase == "reduce-scatter" \
+                    else set(held[r][c])
+            panels.append((f"{phase}, step {step}", held, sends))
+            held = new
+    panels.append(("end, all hold the sum", held, []))
+
+    cell_w, cell_h, gap_x, row_h = 0.62, 0.5, 0.55, 0.95
+    panel_w = n * cell_w + gap_x
+    fig, ax = plt.subplots(figsize=(1.95 * len(panels) + 0.4, 1.15 * n + 2.0))
+    for p, (label, state, sends) in enumerate(panels):
+        x0 = 0.9 + p * panel_w
+        color = "#fde9d9" if "reduce" in label else "#e2efda" if "gather" in label \
+            else "#f3f3f3"
+        ax.add_patch(FancyBboxPatch((x0 - 0.12, -0.45), n * cell_w + 0.24, n * row_h + 0.2,
+                                    boxstyle="round,pad=0.02", facecolor=color,
+                                    edgecolor="none"))
+        ax.text(x0 + n * cell_w / 2, n * row_h + 0.1, label.replace(", ", ",\n"),
+                ha="center", va="bottom", fontsize=8.5, weight="bold")
+        for c in range(n):
+            ax.text(x0 + (c + 0.5) * cell_w, n * row_h - 0.3, names[c],
+                    ha="center", fontsize=8, color="#555555")
+        for r in range(n):
+            y = (n - 1 - r) * row_h - 0.25
+            if p == 0:
+                ax.text(0.75, y + cell_h / 2, f"rank {r}", ha="right", va="center",
+                        fontsize=9.5, weight="bold")
+            for c in range(n):
+                done = len(state[r][c]) == n
+                text = "sum" if done else "+".join(str(k) for k in sorted(state[r][c]))
+                sent = bool(sends) and sends[r] == c
+                ax.add_patch(FancyBboxPatch(
+                    (x0 + c * cell_w + 0.03, y), cell_w - 0.06, cell_h,
+                    boxstyle="round,pad=0.01,rounding_size=0.05",
+                    facecolor="#9fc5e8" if done else "#ffffff",
+                    edgecolor="#cc0000" if sent else "#333333", linewidth=2.2 if sent else 1))
+                ax.text(x0 + (c + 0.5) * cell_w, y + cell_h / 2, text, ha="center",
+                        va="center", fontsize=7.5, weight="bold" if done else "normal")
+            if sends:
+                ax.text(x0 + n * cell_w / 2, y - 0.13,
+                        f"sends {names[sends[r]]} to rank {(r + 1) % n}", ha="center",
+                        va="center", fontsize=6.8, color="#cc0000")
+    right = 0.9 + len(panels) * panel_w - gap_x
+    ax.text(right / 2 + 0.4, -0.85,
+            f"Each step, every rank sends one chunk (red) to its right neighbour. "
+            f"{n - 1} steps of reduce-scatter add it in, {n - 1} steps of all-gather copy "
+            f"the finished sums.", ha="center", fontsize=9)
+    ax.text(right / 2 + 0.4, -1.2,
+            f"Each rank sends 2(n-1) = {2 * (n - 1)} chunks of N/n elements: "
+            f"2(n-1)/n x N = {2 * (n - 1)}/{n} N, never more than 2N however many ranks. "
+            "In a box: the ranks whose values it holds, added up.",
+            ha="center", fontsize=9)
+    ax.set_xlim(0, right + 0.1)
+    ax.set_ylim(-1.4, n * row_h + 0.75)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+ALT_TEXT["ring_allreduce.png"] = (
+    "Ring all-reduce on 3 ranks, each tensor cut into chunks a, b and c. In two "
+    "reduce-scatter steps every rank sends one chunk to its right neighbour, which adds it "
+    "in; in two all-gather steps the finished sums travel on until every rank holds all."
+)
+DIAGRAMS["ring_allreduce.png"] = ring_allreduce
+
+
+def cluster_two_hosts():
+    """Lesson 12's cluster: two network namespaces on one machine, joined by a bridge,
+    with Slurm's daemons, the torchrun agents, the ranks and the rendezvous endpoint."""
+    fig, ax = plt.subplots(figsize=(10.5, 5.4))
+    _box(ax, 0, 0, 10.6, 5.5, "#f3f3f3")
+    ax.text(0.15, 5.2, "this Linux machine (root), set up by tools/cluster.py", fontsize=10,
+            weight="bold", va="center")
+    w = 4.1
+    for name, address, x0, ranks, head in [("nodeA", "10.77.0.1", 0.25, (0, 1), True),
+                                           ("nodeB", "10.77.0.2", 6.25, (2, 3), False)]:
+        _box(ax, x0, 1.55, w, 3.4, "#eef3fb")
+        ax.text(x0 + 0.15, 4.7, f"host {name}  (network namespace)", fontsize=10.5,
+                weight="bold", va="center")
+        ax.text(x0 + 0.15, 4.35, f"/etc/hosts: 127.0.1.1 {name}", fontsize=8,
+                family="monospace", va="center", color="#555555")
+        slurm_x, agent_x = (x0 + 0.15, x0 + 2.1) if head else (x0 + 2.25, x0 + 0.15)
+        _box(ax, slurm_x, 3.3, 1.7, 0.75, "#fff2cc",
+             "slurmctld\n+ slurmd" if head else "slurmd", size=8.5)
+        agent = ("torchrun agent:\nhosts the rendezvous\nstore nodeA:29500" if head
+                 else "torchrun agent:\nclient of\nnodeA:29500")
+        _box(ax, agent_x, 3.2, 1.85, 0.95, "#d9ead3", agent, size=8)
+        for i, rank in enumerate(ranks):
+            _box(ax, x0 + 0.25 + i * 2.0, 2.2, 1.6, 0.7, "#ffffff",
+                 f"rank {rank}\nlocal rank {i}", size=8.5)
+        _box(ax, x0 + w / 2 - 0.85, 1.35, 1.7, 0.45, "#cfe2f3", f"eth0 {address}", size=8.5,
+             weight="bold")
+        ax.plot([x0 + w / 2, x0 + w / 2], [1.35, 0.85], color="#555555", lw=2)
+    _box(ax, 2.3, 0.35, 6.0, 0.5, "#cccccc", "bridge (the network's switch)", size=9)
+    ax.annotate("", xy=(4.0, 3.68), xytext=(6.4, 3.68),
+                arrowprops=dict(arrowstyle="->", color="#38761d", lw=1.6, ls="--"))
+    ax.text(5.3, 3.85, "rendezvous\n(c10d)", ha="center", va="bottom", fontsize=8,
+            color="#38761d")
+    ax.annotate("", xy=(6.5, 2.55), xytext=(4.1, 2.55),
+                arrowprops=dict(arrowstyle="<->", color="#cc0000", lw=1.4))
+    ax.text(5.3, 2.4, "Gloo: every\nrank to every\nother, over\neth0", ha="center",
+            va="top", fontsize=8, color="#cc0000")
+    ax.set_xlim(-0.1, 10.7)
+    ax.set_ylim(-0.1, 5.6)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+DIAGRAMS["cluster_two_hosts.png"] = cluster_two_hosts
+ALT_TEXT["cluster_two_hosts.png"] = (
+    "Two hosts on one Linux machine, joined by a bridge. nodeA, 10.77.0.1: slurmctld, "
+    "slurmd, the torchrun agent hosting the rendezvous store nodeA:29500, ranks 0 and 1. "
+    "nodeB, 10.77.0.2: slurmd, an agent connecting to nodeA:29500, ranks 2 and 3. Gloo "
+    "links every rank to every other over eth0."
+)
+
+
+def gpipe_schedule(stages: int = 2, micro_batches: int = 4):
+    """The GPipe schedule (lesson 11): one row per stage, time on the x axis; a micro-batch's
+    forward (F) or backward (B) takes one slot per stage, idle slots (the bubble) hatched.
+    Above, the same batch whole (M = 1): its slots are M times as long."""
+    fig, axes = plt.subplots(2, 1, figsize=(9, 3.9))
+    end = 2 * stages * micro_batches
+    for ax, m in zip(axes, (1, micro_batches)):
+        w = micro_batches / m  # a slot's length, in micro-batch slots
+        slots = 2 * (m + stages - 1)
+        for s in range(stages):
+            y = stages - 1 - s
+            busy = set()
+            for i in range(m):
+                f, b = i + s, (m + stages - 1) + i + (stages - 1 - s)
+                busy |= {f, b}
+                label = f"{i + 1}" if m > 1 else " (whole batch)"
+                _box(ax, f * w + 0.04, y + 0.1, w - 0.08, 0.8, "#9fc5e8", "F" + label, size=9)
+                _box(ax, b * w + 0.04, y + 0.1, w - 0.08, 0.8, "#f9cb9c", "B" + label, size=9)
+            for t in range(slots):
+                if t not in busy:
+                    ax.add_patch(plt.Rectangle((t * w + 0.04, y + 0.1), w - 0.08, 0.8,
+                                               hatch="///", facecolor="#eeeeee",
+                                               edgecolor="#999999"))
+        ax.set_yticks([stages - 1 - s + 0.5 for s in range(stages)],
+                      [f"stage {s}" for s in range(stages)])
+        ax.set_xticks(range(0, end + 1))
+        ax.set_xlim(-0.1, end + 0.1)
+        ax.set_ylim(0, stages)
+        ax.tick_params(length=0)
+        for side in ("top", "right", "left"):
+            ax.spines[side].set_visible(False)
+        ax.set_title(f"M = {m}: each stage idle (hatched) in {2 * (stages - 1)} of "
+                     f"{slots} slots, bubble (S-1)/(M+S-1) = "
+                     f"{(stages - 1) / (m + stages - 1):.0%}; the step takes "
+                     f"{slots * w:g} units", fontsize=10, loc="left")
+    axes[1].set_xlabel(f"time, in units of one micro-batch's forward or backward on one "
+                       f"stage (S = {stages} stages)")
+    fig.tight_layout()
+    return fig
+
+
+DIAGRAMS["gpipe_schedule.png"] = gpipe_schedule
+ALT_TEXT["gpipe_schedule.png"] = (
+    "GPipe on 2 stages. With the batch whole, each stage is idle half the step (16 units). "
+    "With 4 micro-batches, stage 0 runs forwards F1 to F4 while stage 1 follows one slot "
+    "behind, then the backwards B1 to B4 run the other way; each stage is idle in 2 of 10 "
+    "slots, a bubble of 20%, and the step takes 10 units."
+)
+
+
 def main(dest: Path = IMAGES) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     written = []

@@ -132,3 +132,337 @@ def speed_bars(runs: dict, baseline: str):
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def join_times(runs: dict, timeout: float | None = None):
+    """Rank 0's time to join the group, one bar per init method tried ({launch label:
+    the run's "attempts"}); a failed attempt in red, with the timeout it was given."""
+    rows = [(f"{label}: {a['method']}", a) for label, attempts in runs.items()
+            for a in attempts]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.3))
+    labels = [name for name, _ in rows]
+    seconds = [a["seconds"] for _, a in rows]
+    colors = ["#3366aa" if a["ok"] else "#cc4125" for _, a in rows]
+    bars = ax.barh(labels, seconds, color=colors)
+    for bar, (_, a) in zip(bars, rows):
+        note = "joined" if a["ok"] else "failed: " + a.get("error", "").split(":")[0]
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                f"  {a['seconds']:.2f} s, {note}", va="center", fontsize=9)
+    if timeout is not None:
+        ax.axvline(timeout, color="#cc4125", ls=":", lw=1)
+        ax.text(timeout, 1.0, f" timeout {timeout:g} s", color="#cc4125", fontsize=8,
+                va="bottom", transform=ax.get_xaxis_transform())
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(seconds) * 1.6)
+    ax.set_xlabel("seconds rank 0 spent in init_process_group (and its store)")
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def restart_timeline(events: list, notes: dict | None = None):
+    """What each rank of each torchrun attempt did, from lesson 08's events log (one
+    dict per line: event, rank, restart, time): one row per attempt and rank, a marker
+    per event; `notes` ({(restart, rank): text}) are written at the end of a row (by
+    default, "never joined the group" on a row without a "joined" event)."""
+    t0 = min(e["time"] for e in events)
+    rows = sorted({(e["restart"], e["rank"]) for e in events})
+    style = {"start": ("o", "#777777"), "joined": ("^", "#38761d"), "kill": ("X", "#cc0000"),
+             "resumed": ("s", "#3366aa"), "first step done": ("D", "#e69138")}
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.6))
+    seen = set()
+    for y, (restart, rank) in enumerate(rows):
+        mine = sorted((e for e in events if (e["restart"], e["rank"]) == (restart, rank)),
+                      key=lambda e: e["time"])
+        times = [e["time"] - t0 for e in mine]
+        ax.plot([times[0], max(times[-1], times[0] + 0.05)], [y, y], color="#bbbbbb", lw=6,
+                solid_capstyle="butt", zorder=1)
+        for e, t in zip(mine, times):
+            marker, color = style.get(e["event"], ("o", "#000000"))
+            ax.scatter([t], [y], marker=marker, color=color, s=70, zorder=3,
+                       label=None if e["event"] in seen else e["event"])
+            seen.add(e["event"])
+            old = e.get("addresses_in_store")
+            if e["event"] == "start" and old:
+                ax.text(t, y + 0.28, f"store already holds {len(old)} address key(s)",
+                        fontsize=8, ha="center", color="#555555")
+        note = (notes or {}).get((restart, rank))
+        if note is None and not any(e["event"] == "joined" for e in mine):
+            note = "never joined the group"
+        if note:
+            ax.text(times[-1] + 0.15, y, note, va="center", fontsize=8.5, color="#cc0000")
+    ax.set_yticks(range(len(rows)), [f"attempt {r}, rank {k}" for r, k in rows])
+    ax.set_ylim(len(rows) - 0.4, -0.7)
+    ax.set_xlim(-0.3, max(e["time"] for e in events) - t0 + 4.5)
+    ax.set_xlabel("seconds since the first process started")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(seen), fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def resume_curves(data: dict, variants: tuple[str, ...] = ("no_optimizer_state",
+                                                           "no_scheduler_state",
+                                                           "no_rng_state", "wrong_epoch")):
+    """Lesson 07: the loss (rank 0's) and the learning rate of each step, for the run that
+    never stopped and for runs resumed from its checkpoint: the full resume, then resumes
+    that left something out. The dotted line is the checkpoint."""
+    resume, stop_at, steps = data["resume"], data["stop_at"], data["steps"]
+    after = list(range(stop_at + 1, steps + 1))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    left.plot(range(1, steps + 1), resume["losses"]["uninterrupted"], "-", color="#999999",
+              lw=5, alpha=0.6, label="uninterrupted")
+    right.plot(after, resume["lrs"]["uninterrupted"], "-", color="#999999", lw=5, alpha=0.6,
+               label="uninterrupted")
+    for name, style in zip(tuple(variants) + ("full",), ["x--", "s:", "^-.", "d--", "o"]):
+        label = "resumed, full state" if name == "full" else f"resumed, {name}"
+        color, z = ("#1a73e8", 3) if name == "full" else (None, 2)
+        for ax, values in ((left, resume["losses"][name]), (right, resume["lrs"][name])):
+            ax.plot(after, values, style, color=color, label=label, ms=6, zorder=z)
+    for ax in (left, right):
+        ax.axvline(stop_at + 0.5, color="#333333", ls=":", lw=1)
+        ax.set_xlabel("optimizer step")
+        ax.grid(True, alpha=0.3)
+    left.text(stop_at + 0.6, max(resume["losses"]["uninterrupted"]), "checkpoint",
+              va="top", fontsize=9)
+    left.set_xlim(0.5, steps + 0.5)
+    left.set_ylabel("loss (rank 0's batch)")
+    left.set_title("loss: the full resume lies on the uninterrupted run")
+    right.set_ylabel("learning rate")
+    right.set_ylim(0, None)
+    right.set_title("learning rate after the checkpoint")
+    right.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    return fig
+
+
+def failure_times(cases: list[dict]):
+    """How long each start-up failure took to say so: one bar per case ({"label",
+    "seconds", "timeout" (None for none), "message"}), the timeout marked, the message's
+    first words beside the bar."""
+    fig, ax = plt.subplots(figsize=(9, 0.75 * len(cases) + 1.2))
+    labels = [c["label"] for c in cases]
+    seconds = [c["seconds"] for c in cases]
+    ax.barh(labels, seconds, color="#c0504d", height=0.55)
+    for y, case in enumerate(cases):
+        if case.get("timeout") is not None:
+            ax.plot([case["timeout"]] * 2, [y - 0.38, y + 0.38], color="black", lw=2,
+                    label="the timeout asked for" if y == 0 else None)
+        message = case["message"]
+        if len(message) > 56:
+            message = message[:56].rsplit(" ", 1)[0] + " ..."
+        right = max(case["seconds"], case.get("timeout") or 0)  # clear of the bar and mark
+        ax.text(right, y, f"  {case['seconds']:.1f} s: {message}", va="center", fontsize=8.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from the attempt to join until the error")
+    ax.set_xlim(0, max(seconds + [1]) * 2.6)
+    ax.grid(True, axis="x", alpha=0.3)
+    if any(c.get("timeout") is not None for c in cases):
+        ax.legend(loc="lower right", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def fault_timeline(events: list):
+    """Lesson 08: what every rank of every torchrun attempt did, from the run's events log
+    (dicts with event, rank, restart, time, and step where there is one): one panel per
+    attempt (the restart between them takes far longer than the training), one row per
+    rank; a rank's bar runs from its start to its kill or its finish."""
+    t0 = min(e["time"] for e in events)
+    attempts = sorted({e["restart"] for e in events})
+    ranks = sorted({e["rank"] for e in events})
+    fig, axes = plt.subplots(1, len(attempts), figsize=(11, 0.7 * len(ranks) + 2.2),
+                             sharey=True, squeeze=False)
+    axes = axes[0]
+    style = {"start": ("o", "#777777", "process started"),
+             "joined": ("^", "#38761d", "joined the group"),
+             "resumed": ("s", "#3366aa", "loaded a checkpoint"),
+             "first step done": ("D", "#674ea7", "first step of the attempt"),
+             "saved": ("|", "#000000", "checkpoint saved (its step)"),
+             "kill": ("X", "#cc0000", "SIGKILL"),
+             "finished": ("*", "#e69138", "trained the last step")}
+    kills = [e for e in events if e["event"] == "kill"]
+    for ax, attempt in zip(axes, attempts):
+        mine = [e for e in events if e["restart"] == attempt]
+        first, last = min(e["time"] for e in mine) - t0, max(e["time"] for e in mine) - t0
+        pad = 0.12 * max(last - first, 0.05)
+        for rank in ranks:
+            row = sorted((e for e in mine if e["rank"] == rank), key=lambda e: e["time"])
+            if not row:
+                continue
+            t = [e["time"] - t0 for e in row]
+            joined = next((x for e, x in zip(row, t) if e["event"] == "joined"), t[0])
+            ax.plot([t[0], joined], [rank, rank], color="#cccccc", lw=8, solid_capstyle="butt")
+            ax.plot([joined, t[-1]], [rank, rank], color="#9fc5e8", lw=8, solid_capstyle="butt")
+            if row[-1]["event"] not in ("kill", "finished"):  # stopped from outside
+                ax.plot([t[-1], last + pad], [rank, rank], color="#9fc5e8", lw=8, ls=":",
+                        solid_capstyle="butt")
+                ax.text(last + pad, rank + 0.3, "stopped by torchrun (SIGTERM)",
+                        ha="right", fontsize=8, color="#555555")
+            for e, x in zip(row, t):
+                marker, color, _ = style.get(e["event"], ("o", "#000000", e["event"]))
+                ax.scatter([x], [rank], marker=marker, color=color, s=90 if marker != "|"
+                           else 260, zorder=3, linewidths=2)
+                if e["event"] == "saved":  # labels alternate in height: saves come fast
+                    ax.text(x, rank - 0.25 - 0.17 * (e["step"] // 2 % 2), str(e["step"]),
+                            ha="center", fontsize=7)
+                elif e["event"] == "kill":
+                    ax.text(x, rank + 0.35, f"killed after step {e['step']}", ha="center",
+                            fontsize=8.5, color="#cc0000")
+                elif e["event"] == "resumed":
+                    ax.text(x, rank + 0.35, f"resumed at step {e['step']}", ha="left",
+                            fontsize=8.5, color="#3366aa")
+                elif e["event"] == "finished":
+                    ax.text(x, rank + 0.35, f"step {e['step']}", ha="center", fontsize=8.5)
+        title = f"attempt {attempt}"
+        if attempt > 0 and kills:
+            gap = first - (max(k["time"] for k in kills if k["restart"] < attempt) - t0)
+            title += f": started {gap:.1f} s after the kill"
+        ax.set_title(title, fontsize=10)
+        ax.set_xlim(first - pad, last + 2 * pad)
+        ax.set_xlabel("seconds since the first process started")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[0].set_yticks(ranks, [f"rank {r}" for r in ranks])
+    axes[0].set_ylim(len(ranks) - 0.4, -0.7)
+    handles = [plt.Line2D([], [], marker=m, color=c, ls="", ms=8, label=label, mew=2)
+               for m, c, label in style.values()]
+    handles += [plt.Line2D([], [], color=c, lw=8, label=label) for c, label in
+                (("#cccccc", "starting"), ("#9fc5e8", "training"))]
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8.5, frameon=False)
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
+    return fig
+
+
+def bucket_gantt(ranks: list):
+    """DDP's buckets overlapping backward (lesson 05), one row per rank: backward as a grey
+    bar, a tick when each parameter's gradient is ready (coloured as its bucket), and each
+    bucket's all-reduce as a bar from hand-over to return; ms since a barrier all ranks
+    left together. `ranks`: per rank, one step of record_buckets in ddp_scripts/05_ddp.py."""
+    n = len(ranks)
+    colors = plt.get_cmap("tab10").colors
+    fig, ax = plt.subplots(figsize=(10, 0.9 * n + 1.7))
+    for rank, step in enumerate(ranks):
+        y, offset = n - 1 - rank, step["backward_from_barrier"]
+
+        def ms(t, offset=offset):
+            return 1e3 * (offset + t)
+        ax.broken_barh([(ms(0), 1e3 * step["backward_seconds"])], (y - 0.42, 0.84),
+                       facecolor="#e4e4e4", label="backward" if rank == 0 else None)
+        lane = 0.44 / max(1, len(step["buckets"]))  # one lane per bucket, under the ticks
+        for k, b in enumerate(step["buckets"]):
+            color = colors[b["bucket"] % len(colors)]
+            ax.broken_barh([(ms(b["at"]), 1e3 * (b["done"] - b["at"]))],
+                           (y - 0.38 + k * lane, lane * 0.9), facecolor=color,
+                           edgecolor="black", linewidth=0.5,
+                           label=f"bucket {b['bucket']}: all-reduce" if rank == 0 else None)
+            ax.vlines([ms(step["grad_ready"][p]) for p in b["params"]], y + 0.06, y + 0.38,
+                      color=color, linewidth=1.5)
+    ax.vlines([], 0, 0, color="black", linewidth=1.5, label="a gradient ready (tick)")
+    ax.set_yticks(range(n), [f"rank {r}" for r in reversed(range(n))])
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel("milliseconds since a barrier all ranks left together")
+    ax.set_title("One DDP step: each bucket's all-reduce starts while backward still runs")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=4, fontsize=9)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def memory_per_rank(ranks: list, ways: tuple[str, ...] = ("DDP", "ZeRO", "FSDP2")):
+    """What each rank keeps under DDP, ZeRO and FSDP2 (lesson 10), as stacked bars: one bar
+    per rank and way, weights, gradients and optimizer state stacked, in KiB. `ranks`: per
+    rank, its "sharding" dict from ddp_scripts/10_beyond_allreduce.py ({way: {"params",
+    "grads", "optimizer"}} in bytes, a shard counted as its own size)."""
+    parts = (("params", "weights", "#4f81bd"), ("grads", "gradients", "#9bbb59"),
+             ("optimizer", "optimizer state (Adam)", "#f79646"))
+    n = len(ranks)
+    width = 0.8 / n
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for rank, found in enumerate(ranks):
+        xs = [i - 0.4 + width * (rank + 0.5) for i in range(len(ways))]
+        bottom = [0.0] * len(ways)
+        for key, label, color in parts:
+            kib = [found[way][key] / 1024 for way in ways]
+            ax.bar(xs, kib, width * 0.9, bottom=bottom, color=color, edgecolor="white",
+                   label=label if rank == 0 else None)
+            bottom = [b + k for b, k in zip(bottom, kib)]
+        for x, total in zip(xs, bottom):
+            ax.text(x, total, f"r{rank}\n{total:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(ways)), ways)
+    ax.set_ylabel("KiB kept by one rank")
+    ax.set_ylim(0, 1.2 * max(sum(f[w][k] for k in ("params", "grads", "optimizer"))
+                             for f in ranks for w in ways) / 1024)
+    ax.set_title(f"Memory per rank, {n} ranks (r0, r1, ...): sharding divides what it shards")
+    ax.legend(loc="upper right", fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def accumulation_plot(acc: dict, micro_steps: int):
+    """Lesson 09: one optimizer step's gradient from the same samples, four ways (rank 0's
+    "accumulation" findings): the buckets each way all-reduced, and each gradient entry
+    against the one big batch's (on the diagonal: the same gradient)."""
+    ways = ["one big batch", "no_sync", "sync every micro-step", "no_sync, no division"]
+    colors = ["#999999", "#1a73e8", "#e69138", "#cc0000"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.9),
+                                      gridspec_kw={"width_ratios": [1, 1.25]})
+    counts = [acc[w]["allreduces"] for w in ways]
+    left.barh(ways, counts, color=colors)
+    for y, n in enumerate(counts):
+        left.text(n, y, f" {n}", va="center", fontsize=9)
+    left.invert_yaxis()
+    left.set_xlim(0, max(counts) * 1.25)
+    left.set_xlabel("buckets all-reduced for one optimizer step")
+    left.set_title("communication")
+    left.grid(True, axis="x", alpha=0.3)
+    big = acc["one big batch"]["grad"]
+    lo, hi = min(big), max(big)
+    right.plot([lo, hi], [lo, hi], color="#999999", lw=1, label="the big batch's gradient")
+    right.plot([lo, hi], [micro_steps * lo, micro_steps * hi], color="#cc0000", lw=1, ls=":",
+               label=f"{micro_steps} × the big batch's gradient")
+    for way, color, marker in zip(ways[1:], colors[1:], ["o", "x", "s"]):
+        if marker == "x":
+            right.scatter(big, acc[way]["grad"], s=30, marker=marker, color=color, label=way,
+                          zorder=3)
+        else:
+            right.scatter(big, acc[way]["grad"], s=22, marker=marker, facecolors="none",
+                          edgecolors=color, label=way, zorder=3)
+    right.set_xlabel("gradient entry, one big batch")
+    right.set_ylabel("the same entry, accumulated")
+    right.set_title("gradient: every entry, every way")
+    right.legend(fontsize=8, loc="upper left")
+    right.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def pipeline_timeline(ranks: list):
+    """One pipeline step as it ran (lesson 11): one row per rank, a box for each
+    micro-batch's forward (F) and backward (B) on that rank's stage, in ms since a barrier
+    all ranks left together. `ranks`: per rank, {"rank", "stage", "replica", "events":
+    [[kind, start, end], ...]} (seconds), as ddp_scripts/11_pipeline_ddp.py records them."""
+    colors = {"F": "#9fc5e8", "B": "#f9cb9c"}
+    n = len(ranks)
+    fig, ax = plt.subplots(figsize=(10, 0.7 * n + 1.5))
+    span = 1e3 * max(end for found in ranks for _, _, end in found["events"])
+    for row, found in enumerate(ranks):
+        y = n - 1 - row
+        number = {"F": 0, "B": 0}
+        for kind, start, end in found["events"]:
+            number[kind] += 1
+            width = max(1e3 * (end - start), 0.02)
+            ax.broken_barh([(1e3 * start, width)], (y - 0.38, 0.76), facecolor=colors[kind],
+                           edgecolor="#333333", linewidth=0.6)
+            if width > 0.012 * span:  # a label only where it fits
+                ax.text(1e3 * start + width / 2, y, f"{kind}{number[kind]}", ha="center",
+                        va="center", fontsize=6)
+    ax.set_yticks(range(n), [f"rank {f['rank']}: stage {f['stage']}, replica {f['replica']}"
+                             for f in reversed(ranks)])
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlabel("milliseconds since a barrier all ranks left together")
+    ax.set_title("One GPipe step as it ran: forwards (F, blue) then backwards (B, orange); "
+                 "gaps are idle time", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
