@@ -3,7 +3,7 @@ checkpoints and resumes. Not a script of its own: the exercise calls run_exercis
 its save_checkpoint and load_checkpoint, and gets back what went wrong, if anything.
 
 The run: SGD with momentum and a StepLR schedule, DistributedSampler with set_epoch, 3
-epochs. Once uninterrupted; once stopped in the middle of epoch 2, saved, rebuilt from
+epochs. Once uninterrupted; once stopped in the middle of epoch 1, saved, rebuilt from
 scratch (other initial weights), loaded, and finished. Both must end bit for bit equal."""
 
 import argparse

@@ -310,10 +310,11 @@ def fault_timeline(events: list):
                     ax.text(x, rank + 0.35, f"killed after step {e['step']}", ha="center",
                             fontsize=8.5, color="#cc0000")
                 elif e["event"] == "resumed":
-                    ax.text(x, rank + 0.35, f"resumed at step {e['step']}", ha="left",
+                    # left of its marker: the steps and the finish crowd the right
+                    ax.text(x, rank + 0.35, f"resumed at step {e['step']} ", ha="right",
                             fontsize=8.5, color="#3366aa")
                 elif e["event"] == "finished":
-                    ax.text(x, rank + 0.35, f"step {e['step']}", ha="center", fontsize=8.5)
+                    ax.text(x, rank + 0.35, f" step {e['step']}", ha="left", fontsize=8.5)
         title = f"attempt {attempt}"
         if attempt > 0 and kills:
             gap = first - (max(k["time"] for k in kills if k["restart"] < attempt) - t0)
