@@ -57,7 +57,10 @@ def main_path_prose(nb) -> str:
 
 
 def main_path_words(nb) -> int:
-    return len(re.findall(r"\w+", main_path_prose(nb)))
+    """Words in main_path_prose, counted both ways a reader's tool might (runs of word
+    characters, or whitespace-separated tokens, which count a table's `|` cells): the larger."""
+    prose = main_path_prose(nb)
+    return max(len(re.findall(r"\w+", prose)), len(prose.split()))
 
 
 def title(nb) -> str:
