@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 
 # STUB: from ddp_common import write_results
-# STUB: from digits import Meter, load_data, make_model, parse_args, test_accuracy
+# STUB: from digits_cnn import Meter, load_data, make_model, parse_args, test_accuracy
 # STUB: from torch.utils.data import DataLoader, RandomSampler
 ### BEGIN SOLUTION
 from ddp_common import setup, teardown, write_results
-from digits import Meter, load_data, make_model, parse_args, test_accuracy
+from digits_cnn import Meter, load_data, make_model, parse_args, test_accuracy
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 

@@ -8,21 +8,11 @@ message included.
     torchrun --standalone --nproc-per-node=2 ddp_scripts/00_failure_exercise.py --empty-rank 1
 """
 
-import argparse
 import os
 import sys  # noqa: F401 (the stub calls sys.exit)
 
-import torch.distributed as dist
-from ddp_common import require_torchrun
+from ddp_common import arguments, report, require_torchrun, setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
-
-
-def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--empty-rank", type=int, help="this rank's shard is empty")
-    parser.add_argument("--out", help="not used: the script writes no results")
-    return parser.parse_args()
 
 
 # STUB: def main():
@@ -30,7 +20,9 @@ def parse_args():
 @record  # the exception that ends main() goes into torchrun's report
 def main():
 ### END SOLUTION
-    args = parse_args()
+    parser = arguments(__doc__)
+    parser.add_argument("--empty-rank", type=int, help="this rank's shard is empty")
+    args = parser.parse_args()
     require_torchrun()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     shard = [] if rank == args.empty_rank else range(rank, 1536, world_size)  # its samples
@@ -39,9 +31,10 @@ def main():
         ### BEGIN SOLUTION
         raise ValueError(f"rank {rank}: my shard of the data is empty")
         ### END SOLUTION
-    dist.init_process_group(backend="gloo")
+    setup(args.device)
     print(f"rank {rank}: {len(shard)} samples")
-    dist.destroy_process_group()
+    report(args.out, {"samples": len(shard)})
+    teardown()
 
 
 if __name__ == "__main__":

@@ -8,12 +8,10 @@ a job on two nodes (two torchrun agents on this machine) and compares.
     torchrun --standalone --nproc-per-node=2 ddp_scripts/00_ranks_exercise.py
 """
 
-import argparse
-import json
 import os
 
 import torch.distributed as dist
-from ddp_common import require_torchrun
+from ddp_common import arguments, report, setup, teardown
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
@@ -32,22 +30,14 @@ def where_am_i():
 
 @record
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="rank 0 writes every rank's answer as JSON here")
-    args = parser.parse_args()
-    require_torchrun()
-    dist.init_process_group(backend="gloo")
+    args = arguments(__doc__).parse_args()
+    setup(args.device)
     answer = where_am_i()
     group = {"rank": dist.get_rank(), "world_size": dist.get_world_size(),
              "nodes": int(os.environ["GROUP_WORLD_SIZE"])}  # what the group says
     print(f"rank {group['rank']} answers {answer}")
-    everyone = [None] * group["world_size"]
-    dist.all_gather_object(everyone, {"answer": answer, "group": group})
-    if group["rank"] == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump(everyone, f, indent=1)
-    dist.destroy_process_group()
+    report(args.out, {"answer": answer, "group": group})  # rank 0 writes every rank's
+    teardown()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import sys  # NEW
 import torch
 import torch.nn.functional as F
 from ddp_common import setup, teardown, write_results  # NEW
-from digits import Meter, load_data, make_model, parse_args, test_accuracy
+from digits_cnn import Meter, load_data, make_model, parse_args, test_accuracy
 from torch.nn.parallel import DistributedDataParallel as DDP  # NEW
 from torch.utils.data import DataLoader, DistributedSampler  # NEW
 

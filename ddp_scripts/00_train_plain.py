@@ -6,7 +6,7 @@
 import torch
 import torch.nn.functional as F
 from ddp_common import write_results
-from digits import Meter, load_data, make_model, parse_args, test_accuracy
+from digits_cnn import Meter, load_data, make_model, parse_args, test_accuracy
 from torch.utils.data import DataLoader, RandomSampler
 
 

@@ -9,26 +9,20 @@ as JSON.
     torchrun --standalone --nproc-per-node=2 ddp_scripts/01_devices.py
 """
 
-import argparse
-import json
 import os
 import tempfile
 
 import torch
 import torch.distributed as dist
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                        help="auto: cuda:LOCAL_RANK when GPUs are visible, else the CPU")
+    parser = arguments(__doc__)  # --device and --out, from ddp_common
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                         help="auto: the default backend for the chosen device")
     parser.add_argument("--workdir", default=tempfile.gettempdir(),
                         help="a folder on each node for the file saved and loaded")
-    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
     args = parser.parse_args()
     if args.device == "cpu" and args.backend == "nccl":
         parser.error("NCCL only moves CUDA tensors: use --backend gloo with --device cpu")
@@ -69,17 +63,13 @@ def main():
         "loaded_without_map_location": str(as_saved.device),
         "loaded_with_map_location": str(mapped.device),
     }
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, mine)
-    dist.barrier()  # every rank has loaded the file before it is removed
+    # Rank 0 writes every rank's record; a collective, so once it returns every rank
+    # has loaded the file and it can go.
+    report(args.out, mine, all_reduce_sum=value.item())
     if local_rank == 0:
         os.remove(path)
     if rank == 0:
         print(f"all_reduce of 1..{world_size} gave {value.item():g}")
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"world_size": world_size, "all_reduce_sum": value.item(),
-                           "ranks": everyone}, f, indent=1)
     teardown()
 
 

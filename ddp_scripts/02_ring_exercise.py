@@ -3,12 +3,9 @@ Each rank compares its result with dist.all_reduce's and counts the elements it 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/02_ring_exercise.py
 """
 
-import argparse
-import json
-
 import torch
 import torch.distributed as dist
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 
 sent = 0  # elements this rank handed to exchange()
 
@@ -43,15 +40,16 @@ def all_gather(chunks, rank, n):
 
 @record
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = arguments(__doc__)
+    parser.set_defaults(device="cpu")  # CPU tensors and Gloo unless asked (lesson 01)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 12, 1001, 1200])
     parser.add_argument("--timeout", type=float, default=20, help="seconds, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, n, _ = setup("cpu", timeout_s=args.timeout)  # CPU tensors, Gloo: lesson 01
+    rank, _, n, device = setup(args.device, timeout_s=args.timeout)
     results = []
     for size in args.sizes:
-        t = torch.randint(-100, 100, (size,), generator=torch.Generator().manual_seed(rank))
+        generator = torch.Generator().manual_seed(rank)
+        t = torch.randint(-100, 100, (size,), generator=generator).to(device)
         expected = t.clone()
         dist.all_reduce(expected)
         before = sent
@@ -60,11 +58,7 @@ def main():
         all_gather(chunks, rank, n)
         results.append({"size": size, "equal": torch.equal(t, expected), "sent": sent - before})
     print(f"rank {rank}: {results}")
-    everyone = [None] * n
-    dist.all_gather_object(everyone, results)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"world_size": n, "ranks": everyone}, f, indent=1)
+    report(args.out, results)  # rank 0 writes every rank's results
     teardown()
 
 

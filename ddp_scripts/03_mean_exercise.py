@@ -4,12 +4,9 @@ what each dtype gave on every rank as JSON.
     torchrun --standalone --nproc-per-node=2 ddp_scripts/03_mean_exercise.py
 """
 
-import argparse
-import json
-
 import torch
 import torch.distributed as dist
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 
 DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
@@ -29,15 +26,14 @@ def mean_over_ranks(tensor):
 
 @record  # on failure, torchrun's report shows this rank's traceback (lesson 00)
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
+    parser.set_defaults(device="cpu")  # CPU tensors and Gloo unless asked (lesson 01)
     parser.add_argument("--timeout", type=float, default=20, help="seconds, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # Gloo: lesson 01
+    rank, _, _, device = setup(args.device, timeout_s=args.timeout)
     found = {}
     for dtype in DTYPES:
-        mine = torch.arange(1, 4, dtype=dtype) + rank
+        mine = torch.arange(1, 4, dtype=dtype, device=device) + rank
         try:
             mean = mean_over_ranks(mine)
         except (RuntimeError, ValueError) as error:  # raised on every rank alike
@@ -45,11 +41,7 @@ def main():
             continue
         found[str(dtype)] = {"mean": mean.tolist(), "dtype": str(mean.dtype),
                              "input_kept": mine.tolist() == (torch.arange(1, 4) + rank).tolist()}
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, found)  # every rank's results, for the check
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"world_size": world_size, "ranks": everyone}, f, indent=1)
+    report(args.out, found)  # rank 0 writes every rank's results, for the check
     teardown()
 
 

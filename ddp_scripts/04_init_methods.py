@@ -11,70 +11,28 @@ any other launcher) and joins the process group with each method given, in turn:
   tcpstore   store=TCPStore(ADDR, PORT)     what tcp:// does, with the store made by hand
   filestore  store=FileStore(PATH)          what file:// does, by hand
 
-After joining, the ranks check the world they formed (an all_reduce of ones gives
-the world size; every rank reports who it is, and whether torchrun told it to use
-its agent's store), then leave it. With --keep-going a method that fails is recorded
-and the next one tried. Rank 0 prints a summary and, with --out, writes it as JSON.
+After joining, the ranks check the world they formed, then leave it. With --keep-going a
+failed method is recorded and the next one tried. Rank 0 writes every attempt to --out.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/04_init_methods.py --methods env
     RANK=0 WORLD_SIZE=2 python ddp_scripts/04_init_methods.py --methods tcp --port 29511 &
     RANK=1 WORLD_SIZE=2 python ddp_scripts/04_init_methods.py --methods tcp --port 29511
 """
 
-import argparse
 import datetime
-import json
 import os
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
+from ddp_common import arguments, record, report, write_json
 
 METHODS = ["env", "tcp", "file", "tcpstore", "filestore"]
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["env"])
-    parser.add_argument("--addr", default="127.0.0.1", help="rank 0's address (tcp, tcpstore)")
-    parser.add_argument("--port", type=int, help="port for tcp://")
-    parser.add_argument("--store-port", type=int, help="port for the TCPStore")
-    parser.add_argument("--file", help="rendezvous file for file:// (FileStore adds .store)")
-    parser.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds to wait for the others before giving up")
-    parser.add_argument("--tcp-timeout", type=float,
-                        help="a timeout for tcp:// alone (default: --timeout)")
-    parser.add_argument("--crash-after-joining", action="store_true",
-                        help="exit at once after joining, without leaving the group, "
-                             "as a killed job would")
-    parser.add_argument("--keep-going", action="store_true",
-                        help="record a method that fails and go on with the next")
-    parser.add_argument("--backend", default="auto",
-                        help="auto: the default for this rank's device (gloo on CPU)")
-    parser.add_argument("--out", help="rank 0 writes its findings as JSON to this path")
-    args = parser.parse_args()
-    for method, needs in [("tcp", "port"), ("tcpstore", "store_port"), ("file", "file"),
-                          ("filestore", "file")]:
-        if method in args.methods and getattr(args, needs) is None:
-            parser.error(f"--methods {method} needs --{needs.replace('_', '-')}")
-    return args
-
-
-def require_rank_variables():
-    """Stop with a clear message when nobody said which rank this is."""
-    missing = [name for name in ("RANK", "WORLD_SIZE") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank "
-                 f"of a distributed job: start it with torchrun, for example\n"
-                 f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}\n"
-                 f"or set RANK and WORLD_SIZE yourself for each process.")
-
-
 def join(method, args, rank, world_size, backend):
-    """Join the default process group with one init method."""
+    """Join the default process group with one init method: the lesson's table in code."""
     seconds = args.tcp_timeout if method == "tcp" and args.tcp_timeout else args.timeout
     timeout = datetime.timedelta(seconds=seconds)
     if method == "env":
@@ -96,67 +54,87 @@ def join(method, args, rank, world_size, backend):
                                 timeout=timeout)
 
 
-def pick_device(local_rank):
-    """cuda:LOCAL_RANK when GPUs are visible, otherwise the CPU (lesson 01)."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
-
-
 def check_world(rank, device):
-    """Every rank reports who it is; an all_reduce of ones counts the members."""
+    """An all_reduce of ones counts the members; every rank reports who it is."""
     ones = torch.ones(1, device=device)
     dist.all_reduce(ones)
     me = {"rank": rank, "local_rank": os.environ.get("LOCAL_RANK"),
           "node": os.environ.get("GROUP_RANK"), "pid": os.getpid(),
           "agent_store": os.environ.get("TORCHELASTIC_USE_AGENT_STORE"),
           "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"}
-    members = [None] * dist.get_world_size()
-    dist.all_gather_object(members, me)
     return {"world_size": dist.get_world_size(), "sum_of_ones": ones.item(),
-            "members": members}
+            "members": report(None, me)}  # every rank's `me`, on every rank
+
+
+def options():
+    parser = arguments(__doc__)  # --device and --out (lesson 01)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=["env"])
+    parser.add_argument("--addr", default="127.0.0.1", help="rank 0's address (tcp, tcpstore)")
+    parser.add_argument("--port", type=int, help="port for tcp://")
+    parser.add_argument("--store-port", type=int, help="port for the TCPStore")
+    parser.add_argument("--file", help="rendezvous file for file:// (FileStore adds .store)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for the others before giving up")
+    parser.add_argument("--tcp-timeout", type=float,
+                        help="a timeout for tcp:// alone (default: --timeout)")
+    parser.add_argument("--crash-after-joining", action="store_true",
+                        help="exit at once after joining, without leaving the group")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record a method that fails and go on with the next")
+    parser.add_argument("--backend", default="auto", help="auto: gloo on CPU, nccl on GPU")
+    args = parser.parse_args()
+    for method, needs in [("tcp", "port"), ("tcpstore", "store_port"), ("file", "file"),
+                          ("filestore", "file")]:
+        if method in args.methods and getattr(args, needs) is None:
+            parser.error(f"--methods {method} needs --{needs.replace('_', '-')}")
+    return args
+
+
+def pick_device(choice, local_rank):
+    """cuda:LOCAL_RANK when GPUs are wanted (auto: visible), otherwise the CPU (lesson 01)."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 @record
 def main():
-    args = parse_args()
-    require_rank_variables()
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
-    is_rank0 = rank == 0
-    device = pick_device(int(os.environ.get("LOCAL_RANK", "0")))
-    backend = dist.get_default_backend_for_device(device) if args.backend == "auto" \
-        else args.backend
-
-    results = []
+    args = options()
+    missing = [name for name in ("RANK", "WORLD_SIZE") if name not in os.environ]
+    if missing:  # who this process is: a launcher must say it
+        sys.exit(f"{sys.argv[0]}: {', '.join(missing)} not set. This script is one rank of a "
+                 f"distributed job: start it with torchrun, for example\n  torchrun "
+                 f"--standalone --nproc-per-node=2 {sys.argv[0]}\nor set RANK and "
+                 f"WORLD_SIZE yourself for each process.")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = pick_device(args.device, int(os.environ.get("LOCAL_RANK", "0")))
+    backend = (dist.get_default_backend_for_device(device) if args.backend == "auto"
+               else args.backend)
+    attempts = []
     for method in args.methods:
         start = time.monotonic()
         try:
             join(method, args, rank, world_size, backend)
         except Exception as error:  # noqa: BLE001 - every failure is the lesson here
             seconds = time.monotonic() - start
-            message = str(error).splitlines()[0][:300]
-            print(f"{method}: failed after {seconds:.1f} s: {type(error).__name__}: {message}",
-                  flush=True)
-            results.append({"method": method, "ok": False, "seconds": seconds,
-                            "error": f"{type(error).__name__}: {message}"})
+            message = f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"
+            print(f"{method}: failed after {seconds:.1f} s: {message}", flush=True)
+            attempts.append({"method": method, "ok": False, "seconds": seconds, "error": message})
             if not args.keep_going:
                 sys.exit(1)
             continue
         if args.crash_after_joining:
             print(f"{method}: joined, now crashing on purpose", flush=True)
             os._exit(1)  # no clean-up of any kind, like a SIGKILL
-        results.append({"method": method, "ok": True, "seconds": time.monotonic() - start,
-                        **check_world(rank, device)})
-        if is_rank0:
-            print(f"{method}: {world_size} ranks joined in {results[-1]['seconds']:.2f} s",
+        attempts.append({"method": method, "ok": True, "seconds": time.monotonic() - start,
+                         **check_world(rank, device)})
+        if rank == 0:
+            print(f"{method}: {world_size} ranks joined in {attempts[-1]['seconds']:.2f} s",
                   flush=True)
-        dist.destroy_process_group()
-
-    if is_rank0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"world_size": world_size, "attempts": results}, f, indent=1)
+        dist.destroy_process_group()  # the next method starts from no group at all
+    if rank == 0 and args.out:  # no group is left: rank 0 writes what it saw
+        write_json(args.out, {"world_size": world_size, "attempts": attempts})
 
 
 if __name__ == "__main__":

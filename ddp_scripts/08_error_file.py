@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddp_common import WholeErrorFile, require_torchrun
+from ddp_common import WholeErrorFile, require_torchrun, write_json
 from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 
 HANDLERS = {"torch": ErrorHandler, "whole": WholeErrorFile}
@@ -66,7 +66,7 @@ def main():
             mine = Path(os.environ["TORCHELASTIC_ERROR_FILE"])  # <run>/attempt_N/0/error.json
             first = mine.parents[1].with_name("attempt_0") / "0"
             left = sorted(p.name for p in first.glob("error.json*"))
-            Path(args.out).write_text(json.dumps({"restart": attempt, "left": left}))
+            write_json(args.out, {"restart": attempt, "left": left})
     elif rank == 0:
         slow_disk(writing, args.stall)
         record(fail, error_handler=HANDLERS[args.handler]())()

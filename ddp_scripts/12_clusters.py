@@ -2,64 +2,21 @@
 
 Each rank says where it runs (host name, node, the addresses of its TCP connections to the
 other ranks, read from /proc), then the ranks train lesson 05's network on the digits.
-Started by torchrun, or by Slurm's srun without torchrun: then it takes its rank from
-Slurm's variables. With --link-down-at, instead of training the ranks all-reduce once a
-step, and at that step the last rank pulls its host's cable out (`ip link set eth0 down`).
 
     torchrun --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=nodeA:29500 \\
         --rdzv-id=job1 ddp_scripts/12_clusters.py          # the same on every node
-    srun python ddp_scripts/12_clusters.py                # in a batch script: lesson 12
+
+Under Slurm's srun without torchrun, start ddp_scripts/12_from_slurm.py instead: it maps
+Slurm's variables to torch's, then runs this training.
 """
 
-import argparse
 import importlib
-import json
 import os
 import socket
-import subprocess
-import sys
-import time
 
-import torch
-import torch.distributed as dist
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 
 lesson05 = importlib.import_module("05_ddp_training")  # its train(): a name can't start with 0
-
-
-def parse_args():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=48)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=30,
-                        help="seconds a collective waits before it fails")
-    parser.add_argument("--link-down-at", type=int, metavar="STEP",
-                        help="all-reduce once a step; at STEP the last rank's link goes down")
-    parser.add_argument("--out", help="rank 0 writes what every rank found as JSON")
-    return parser.parse_args()
-
-
-def from_slurm():
-    """Under srun without torchrun: torch's variables from Slurm's. The batch script sets
-    MASTER_ADDR and MASTER_PORT."""
-    if "RANK" in os.environ or "SLURM_PROCID" not in os.environ:
-        return False
-    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
-    if missing:
-        sys.exit(f"{sys.argv[0]}: started by srun, but {' and '.join(missing)} not set: the "
-                 "batch script must export them (see ddp_scripts/12_srun_python.sbatch)")
-    os.environ["RANK"] = os.environ["SLURM_PROCID"]
-    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
-    os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]
-    # SLURM_TASKS_PER_NODE is always there, for example "2(x2)": 2 tasks on each of 2 nodes
-    os.environ["LOCAL_WORLD_SIZE"] = os.environ.get("SLURM_NTASKS_PER_NODE") or \
-        os.environ["SLURM_TASKS_PER_NODE"].split("(")[0].split(",")[0]
-    os.environ["GROUP_RANK"] = os.environ["SLURM_NODEID"]
-    return True
 
 
 def address(hex_address):
@@ -88,42 +45,31 @@ def connections():
     return sorted(found)
 
 
-def heartbeat(world, link_down_at):
-    """All-reduce once a step until something fails; the last rank cuts its link."""
-    for step in range(1000):
-        if step == link_down_at and world.rank == world.world_size - 1:
-            print(f"rank {world.rank}: step {step}, taking eth0 down", flush=True)
-            subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
-        start = time.monotonic()
-        try:
-            dist.all_reduce(torch.ones(1))
-        except RuntimeError as error:
-            print(f"rank {world.rank}: step {step} failed after "
-                  f"{time.monotonic() - start:.1f} s: {error}", flush=True)
-            raise
-        time.sleep(0.1)
-
-
 @record
-def main():
-    args = parse_args()
-    by_slurm = from_slurm()
-    world = setup(timeout_s=args.timeout)
-    if args.link_down_at is not None:
-        heartbeat(world, args.link_down_at)
-    facts, history, weights, _ = lesson05.train(world.rank, world.world_size, world.device,
-                                                args, world.rank == 0)
-    me = {"rank": world.rank, "local_rank": world.local_rank,
-          "node": int(os.environ["GROUP_RANK"]), "host": socket.gethostname(),
-          "by_slurm": by_slurm, "master": f"{os.environ['MASTER_ADDR']}:"
-          f"{os.environ['MASTER_PORT']}", "slurm_job": os.environ.get("SLURM_JOB_ID"),
-          "connections": connections(), "weights_sum": sum(weights)}
-    everyone = [None] * world.world_size
-    dist.all_gather_object(everyone, me)
+def main(set_variables=None):
+    """set_variables: for a launcher other than torchrun, sets torch's variables from
+    its own (12_from_slurm.py), once the options are read."""
+    parser = arguments(__doc__)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=48)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=30,
+                        help="seconds a collective waits before it fails")
+    args = parser.parse_args()
+    if set_variables:
+        set_variables()
+    world = setup(args.device, timeout_s=args.timeout, ddp=True)
+    trained = lesson05.train(world.rank, world.world_size, world.device, args, world.rank == 0)
+    report(args.out, {"rank": world.rank, "local_rank": world.local_rank,
+                      "node": int(os.environ["GROUP_RANK"]), "host": socket.gethostname(),
+                      "by_slurm": set_variables is not None,
+                      "slurm_job": os.environ.get("SLURM_JOB_ID"),
+                      "master": f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
+                      "connections": connections(), "weights_sum": sum(trained["weights"])},
+           history=trained["history"])
     teardown()
-    if world.rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"ranks": everyone, "history": history}, f)
 
 
 if __name__ == "__main__":

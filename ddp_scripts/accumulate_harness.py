@@ -6,15 +6,12 @@ Each optimizer step takes micro-batches of 8, 8, 8 and 5 samples on every rank (
 all); a reference model takes the same 29 samples as one batch. Both start from the same
 weights, in float64; a communication hook counts the all-reduces. CPU and Gloo."""
 
-import argparse
-import json
 import sys
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -22,7 +19,7 @@ SIZES, STEPS = (8, 8, 8, 5), 3  # one micro-batch shorter, as the last one of an
 
 
 def counted_model():
-    """A small MLP in DDP, in float64, and a counter of the all-reduces it makes."""
+    """A small MLP in DDP, in float64, its SGD, and a counter of the all-reduces it makes."""
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 3)).double())
     counter = {"allreduces": 0}
@@ -48,12 +45,11 @@ def weights(model):
 
 @record
 def run_exercise(train_step):
-    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__)
+    parser = arguments(sys.modules["__main__"].__doc__)  # --device, --out (lesson 01)
     parser.add_argument("--timeout", type=float, default=20,
                         help="seconds a collective waits, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout, ddp=True)  # lesson 01
+    rank = setup("cpu", timeout_s=args.timeout, ddp=True).rank  # CPU, whatever --device says
     model, counter, optimizer = counted_model()
     reference, reference_counter, reference_optimizer = counted_model()
     found = {"steps": []}
@@ -70,11 +66,7 @@ def run_exercise(train_step):
             "gap": (weights(model) - weights(reference)).abs().max().item()})
     found["reference_allreduces"] = reference_counter["allreduces"] // STEPS
     del model, reference, optimizer, reference_optimizer
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, found)
     print(f"rank {rank}: all-reduces per step {[s['allreduces'] for s in found['steps']]}, "
           f"largest weight difference {max(s['gap'] for s in found['steps']):.1e}", flush=True)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"sizes": SIZES, "ranks": everyone}, f)
+    report(args.out, found, sizes=SIZES)
     teardown()

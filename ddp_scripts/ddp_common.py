@@ -1,13 +1,15 @@
 """The set-up every companion script from lesson 01 on shares (lesson 01 explains it).
 
-    from ddp_common import record, setup, teardown
+    from ddp_common import arguments, record, report, setup, teardown
 
-    @record              # lesson 00's @record, with the fix lesson 08 explains
+    @record  # lesson 00's @record, with the fix lesson 08 explains
     def main():
-        world = setup()  # checks torchrun started us, picks the device, joins the group
-        ...              # the lesson's own code: world.rank, world.device, a DDP model ...
-        del ddp          # any DDP model goes first (lesson 05, "A clean exit")
-        teardown()       # leaves the group
+        args = arguments(__doc__).parse_args()  # --device, --out (add your own first)
+        world = setup(args.device)  # checks torchrun started us, picks the device, joins
+        ...                         # the lesson's own code: world.rank, a DDP model ...
+        report(args.out, {"loss": loss})  # every rank's results, as JSON from rank 0
+        del ddp                     # any DDP model goes first (lesson 05, "A clean exit")
+        teardown()                  # leaves the group
 
 Run on its own, it checks that a launch works on this machine:
 
@@ -118,37 +120,61 @@ def teardown():
     dist.destroy_process_group()
 
 
+def arguments(doc, device=True):
+    """The options every course script takes, --device (not for a CPU-only script:
+    device=False) and --out; a script adds its own to the parser this returns, then
+    calls parse_args()."""
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    if device:
+        parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                            help="auto: cuda:LOCAL_RANK when GPUs are visible, else the CPU")
+    parser.add_argument("--out", help="rank 0 writes what every rank found here, as JSON")
+    return parser
+
+
+def write_json(path, data):
+    """Write `data` as JSON in one step: a reader sees no file, or all of it."""
+    partial = f"{path}.{os.getpid()}.partial"  # this process's own
+    with open(partial, "w") as f:
+        json.dump(data, f)
+    os.replace(partial, path)
+
+
+def report(path, mine, **shared):
+    """Every rank's `mine` (a dict of JSON values), gathered: rank 0 writes
+    {"world_size": N, "ranks": [rank 0's, rank 1's, ...], **shared} to `path` (not when
+    it is None). A collective: every rank calls it. Returns the list on every rank."""
+    ranks = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    if path is not None and dist.get_rank() == 0:
+        write_json(path, {"world_size": len(ranks), "ranks": ranks, **shared})
+    return ranks
+
+
 def write_results(path, model=None, **numbers):
-    """Write a run's numbers as JSON to `path` (nothing if it is None): every rank's,
-    gathered by rank 0, with a digest of each rank's weights and rank 0's weights. A
-    plain script (no process group) writes its own; started by torchrun, rank 0's only."""
+    """`report` for a training run: each rank's numbers with a digest of its weights, and
+    rank 0's weights. Also works in a plain script (no process group): it writes its own."""
     if path is None:
         return
-    mine, weights = dict(numbers), None
+    mine, shared = dict(numbers), {}
     if model is not None:
         weights = torch.cat([p.detach().flatten().cpu() for p in model.parameters()])
         mine["weights_sha256"] = hashlib.sha256(weights.numpy().tobytes()).hexdigest()
-    ranks = [mine]
+        shared["weights"] = weights.tolist()
     if dist.is_initialized():
-        ranks = [None] * dist.get_world_size()
-        dist.all_gather_object(ranks, mine)
-    if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0))) != 0:
-        return
-    found = {"world_size": len(ranks), "ranks": ranks}
-    if weights is not None:
-        found["weights"] = weights.tolist()
-    partial = f"{path}.partial"
-    with open(partial, "w") as f:
-        json.dump(found, f)
-    os.replace(partial, path)  # a reader sees no file, or all of it
+        report(path, mine, **shared)
+    elif int(os.environ.get("RANK", 0)) == 0:  # a plain script (under torchrun: rank 0's)
+        write_json(path, {"world_size": 1, "ranks": [mine], **shared})
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    world = setup()
+    args = arguments(__doc__).parse_args()
+    world = setup(args.device)
     ones = torch.ones(1, device=world.device)
     dist.all_reduce(ones)
     print(f"rank {world.rank} of {world.world_size} on {world.device} with "
           f"{dist.get_backend()}: the sum of {world.world_size} ones is {ones.item():g}")
+    report(args.out, {"rank": world.rank, "device": str(world.device),
+                      "sum_of_ones": ones.item()})
     teardown()

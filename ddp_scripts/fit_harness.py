@@ -6,14 +6,12 @@ run_exercise(fit), and rank 0 writes what every rank saw and found as JSON.
 1 label in 5 flipped; a linear model; SGD. 48 and the global batch of 12 divide by 1 to
 4 ranks, 25 by none of 2, 3 and 4. CPU and Gloo on any machine."""
 
-import argparse
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -59,17 +57,12 @@ def build(seed=0):
 
 @record
 def run_exercise(fit):
-    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__)
+    parser = arguments(sys.modules["__main__"].__doc__)
     parser.add_argument("--timeout", type=float, default=20,
                         help="seconds a collective waits, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
-    rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout, ddp=True)  # lessons 01, 05
+    rank = setup("cpu", timeout_s=args.timeout, ddp=True).rank  # CPU and Gloo, any machine
     log["reported"] = reported = fit(*build())
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, log)
     print(f"rank {rank} reports accuracy {reported}", flush=True)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"train_size": TRAIN, "reported": reported, "ranks": everyone}, f)
+    report(args.out, log, train_size=TRAIN, reported=reported)  # rank 0's reported
     teardown()

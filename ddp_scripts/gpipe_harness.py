@@ -4,20 +4,18 @@ writes what every rank found as JSON.
 
 One replica, so two processes and no DDP (there is nothing to average): rank 0 runs
 stage 0, rank 1 stage 1. The network, its batches and the one-process reference come from
-this lesson's script, ddp_scripts/11_pipeline_ddp.py. Each step hands `gpipe_step` the
+this lesson's module, ddp_scripts/two_stages.py. Each step hands `gpipe_step` the
 batch of 16 and the number of micro-batches, 4; the sends, receives and forwards it makes
 are counted, and logged in order for the first step. CPU and Gloo."""
 
 import argparse
-import importlib
-import json
 import sys
 
 import torch
 import torch.distributed as dist
-from ddp_common import record, setup, teardown
+import two_stages as lesson
+from ddp_common import record, report, setup, teardown
 
-lesson = importlib.import_module("11_pipeline_ddp")  # a name import cannot spell
 STEPS, LR, MICRO = 10, 0.1, 4
 POINT_TO_POINT = ("send", "recv", "isend", "irecv")
 
@@ -97,11 +95,7 @@ def run_exercise(gpipe_step):
     found = {"rank": rank, "stage": stage, "gap": (mine - want).abs().max().item(),
              "per_step": {name: n / STEPS for name, n in calls.counts.items()},
              "order": calls.order}
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, found)
     print(f"rank {rank} (stage {stage}): weights off by {found['gap']:.1e}, per step "
           f"{found['per_step']}", flush=True)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"micro": MICRO, "ranks": everyone}, f)
+    report(args.out, found, micro=MICRO)
     teardown()

@@ -8,7 +8,7 @@ scratch (other initial weights), loaded, and finished. Both must end bit for bit
 
 import argparse
 import itertools
-import json
+import shutil
 import sys
 import tempfile
 import time
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ddp_common import record, setup, teardown
+from ddp_common import record, report, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -37,7 +37,7 @@ def slow_disk(save, seconds):
 def make_run(seed):
     torch.manual_seed(seed)  # the same initial weights on every rank
     # One tensor: DDP's bucket has one layout, so a fresh model sums the gradients over
-    # the ranks in the same order as the uninterrupted run's, at any world size (section 3).
+    # the ranks in the same order as the uninterrupted run's, at any world size (section 4).
     model = DDP(torch.nn.Linear(8, 3, bias=False))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)
@@ -119,21 +119,14 @@ def run_exercise(save_checkpoint, load_checkpoint):
                         help="seconds each torch.save waits before it writes")
     parser.add_argument("--timeout", type=float, default=20,
                         help="seconds a collective waits, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
+    parser.add_argument("--out", help="rank 0 writes what every rank found here, as JSON")
     args = parser.parse_args()
     setup("cpu", timeout_s=args.timeout, ddp=True)  # lesson 01; CPU and Gloo: the files
     torch.save = slow_disk(torch.save, args.slow_disk)
     rank = dist.get_rank()
     folder = [tempfile.mkdtemp(prefix="ddp-course-07-exercise-") if rank == 0 else None]
     dist.broadcast_object_list(folder, src=0)  # every rank uses rank 0's folder
-    found = experiment(save_checkpoint, load_checkpoint, Path(folder[0]))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, found)
+    report(args.out, experiment(save_checkpoint, load_checkpoint, Path(folder[0])))
     if rank == 0:
-        for path in Path(folder[0]).iterdir():
-            path.unlink()
-        Path(folder[0]).rmdir()
-        if args.out:
-            with open(args.out, "w") as f:
-                json.dump(everyone, f)
+        shutil.rmtree(folder[0])
     teardown()

@@ -3,15 +3,13 @@ writes. Not a script of its own: the exercise calls run_exercise(train). Every r
 MOST batches except the last, which has LAST; rank 0 writes what each rank found as JSON.
 CPU and Gloo on any machine."""
 
-import argparse
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from ddp_common import record, setup, teardown
+from ddp_common import arguments, record, report, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
@@ -40,11 +38,10 @@ def reference(counts):
 
 @record
 def run_exercise(train):
-    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__)
+    parser = arguments(sys.modules["__main__"].__doc__)  # --device (unused here), --out
     parser.add_argument("--batches", type=int, nargs=2, default=[4, 2], metavar=("MOST", "LAST"))
     parser.add_argument("--timeout", type=float, default=10,
                         help="seconds a collective waits, then Gloo gives up")
-    parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
     args = parser.parse_args()
     rank, _, n, _ = setup("cpu", timeout_s=args.timeout, ddp=True)  # lessons 01, 05
     counts = [args.batches[0]] * (n - 1) + [args.batches[1]]
@@ -58,10 +55,6 @@ def run_exercise(train):
     found = {"optimizer_steps": len(steps), "weights": weights.tolist(),
              "matches_reference": torch.allclose(weights, reference(counts),
                                                  rtol=1e-12, atol=1e-15)}
-    everyone = [None] * n
-    dist.all_gather_object(everyone, found)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"world_size": n, "counts": counts, "ranks": everyone}, f)
+    report(args.out, found, counts=counts)  # rank 0 writes every rank's, as JSON
     del ddp  # the model goes before the group: lesson 05, "A clean exit"
     teardown()

@@ -7,34 +7,18 @@ by 1 to 4 ranks), trained for 4 steps with SGD and momentum. Each rank computes 
 gradient on its own batch and hands it to `step`, which must update the weights, in place,
 to what SGD with momentum makes of the gradient averaged over the ranks. The reference
 does exactly that with an all-reduce and torch.optim.SGD. The collectives `step` calls
-are counted. CPU and Gloo."""
+are counted (wire.py, section 1). CPU and Gloo."""
 
 import argparse
-import json
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from ddp_common import record, setup, teardown
+from ddp_common import record, report, setup, teardown
+from wire import wire
 
 SIZE, STEPS, LR, MOMENTUM = 48, 4, 0.1, 0.9
-COLLECTIVES = ("all_reduce", "broadcast", "reduce_scatter_single", "all_gather_single",
-               "reduce_scatter_tensor", "all_gather_into_tensor", "reduce_scatter", "all_gather")
-
-
-def counting(counts):
-    """Replace the collectives of torch.distributed with ones that count their calls."""
-    real = {name: getattr(dist, name) for name in COLLECTIVES}
-
-    def counted(name):
-        def call(*args, **kwargs):
-            counts[name] = counts.get(name, 0) + 1
-            return real[name](*args, **kwargs)
-        return call
-    for name in COLLECTIVES:
-        setattr(dist, name, counted(name))
-    return real
 
 
 @record
@@ -43,7 +27,7 @@ def run_exercise(step):
     parser.add_argument("--timeout", type=float, default=20,
                         help="seconds a collective waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
-    args = parser.parse_args()
+    args = parser.parse_args()  # no --device: the exercise's tensors live on the CPU
     rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(16, SIZE, generator=g, dtype=torch.float64)
@@ -56,12 +40,9 @@ def run_exercise(step):
         w = weights.clone().requires_grad_()
         F.mse_loss(x @ w, y).backward()  # this rank's own gradient
         counts = {}
-        real = counting(counts)
-        try:
+        with wire(counts):
             step(weights, w.grad, state, lr=LR, momentum=MOMENTUM)
-        finally:
-            for name, function in real.items():
-                setattr(dist, name, function)
+        counts.pop("bytes", None)  # the calls are enough here
         reference_optimizer.zero_grad()
         F.mse_loss(x @ reference, y).backward()
         dist.all_reduce(reference.grad)
@@ -71,13 +52,9 @@ def run_exercise(step):
                    len(v) if isinstance(v, (list, tuple)) else 0 for v in state.values())
         found["steps"].append({"gap": (weights - reference.detach()).abs().max().item(),
                                "collectives": counts, "state_values": kept})
-    everyone = [None] * world_size
-    dist.all_gather_object(everyone, found)
     print(f"rank {rank}: largest weight difference "
           f"{max(s['gap'] for s in found['steps']):.1e}, momentum values kept "
           f"{found['steps'][-1]['state_values']}, collectives {found['steps'][-1]['collectives']}",
           flush=True)
-    if rank == 0 and args.out:
-        with open(args.out, "w") as f:
-            json.dump({"size": SIZE, "ranks": everyone}, f)
+    report(args.out, found, size=SIZE)
     teardown()

@@ -8,7 +8,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools.course import MAX_MAIN_PATH_WORDS, NOTEBOOKS, REPO, lessons, main_path_words
+from tools.course import (
+    MAX_MAIN_PATH_WORDS,
+    MAX_RESULT_DISTANCE,
+    NOTEBOOKS,
+    REPO,
+    lessons,
+    main_path_words,
+    result_distances,
+)
 from tools.diagrams import ALT_TEXT
 from tools.exercises import written_scripts
 
@@ -80,6 +88,16 @@ def test_deep_dives_are_well_formed(path):
         assert opened == closed, f"unbalanced <details> in: {cell.source[:80]}"
         for block in re.findall(r"<details>(.*?)</details>", cell.source, flags=re.S):
             assert re.match(r"\s*<summary>.+?</summary>", block, flags=re.S), block[:80]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_results_beside_their_code(path):
+    """Every piece of a script is launched and its run checked at most
+    MAX_RESULT_DISTANCE cells later: one launch per section, not one per lesson."""
+    far = [(cell, distance) for cell, distance in result_distances(read(path))
+           if distance is None or distance > MAX_RESULT_DISTANCE]
+    assert not far, (f"(cell, cells to the first check of its run) farther than "
+                     f"{MAX_RESULT_DISTANCE}: {far}")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)

@@ -69,7 +69,7 @@ def test_record_lets_system_exit_through_and_exercise_2_says_so(scripts_dir):
     assert "error_file: <N/A>" in root and NO_TRACEBACK in root
     assert "<NO_OTHER_FAILURES>" not in others  # the other rank is listed (stopped)
     namespace = {"launch": lambda *args, **kwargs: result, "world_size": 2,
-                 "exercise_timeout": 90}
+                 "exercise_timeout": 90, "cpu_unless_enough_gpus": lambda n: {}}
     with pytest.raises(AssertionError, match=r"(?s)expected the Root Cause to hold rank 1's "
                        r"traceback ending in .*error_file: <N/A>.*lets sys.exit through"):
         exec(exercise_2_check(), namespace)

@@ -105,7 +105,7 @@ def make_model():  # the same network, its first layer frozen, and a Linear laye
 def test_the_solution_and_its_check_hold_with_frozen_and_tied_weights(scripts_dir):
     import torch
 
-    digits = scripts_dir / "digits.py"
+    digits = scripts_dir / "digits_cnn.py"
     digits.write_text(digits.read_text() + FROZEN_AND_TIED)
     for name in ("00_train_plain.py", EXERCISE):
         (scripts_dir / name).write_text((REPO / "ddp_scripts" / name).read_text())
@@ -141,7 +141,7 @@ def test_write_results_without_a_group_writes_one_process(tmp_path):
 
 
 def test_the_digits_are_scikit_learns():
-    """digits.py reads load_digits' own file without importing scikit-learn."""
+    """digits_cnn.py reads load_digits' own file without importing scikit-learn."""
     import importlib
 
     import numpy as np
@@ -150,7 +150,7 @@ def test_the_digits_are_scikit_learns():
 
     sys.path.insert(0, str(REPO / "ddp_scripts"))
     try:
-        digits = importlib.import_module("digits")
+        digits = importlib.import_module("digits_cnn")
     finally:
         sys.path.remove(str(REPO / "ddp_scripts"))
     train, (test_x, test_y) = digits.load_data()

@@ -16,7 +16,7 @@ KERNEL_COUNTS = sys.platform == "linux" and os.path.exists("/proc/self/io")
 
 @pytest.fixture(scope="module")
 def five_ranks():
-    data = launch("ddp_scripts/02_collectives.py", "--ring-sizes", "3", str(NUMEL),
+    data = launch("ddp_scripts/02_ring.py", "--ring-sizes", "3", str(NUMEL),
                   "--timing-numel", str(NUMEL), "--repeats", "1", nproc=5, out=True,
                   env=cpu_unless_enough_gpus(5), timeout=180, echo=False).data
     return {**data["rings"][0], "backend": data["backend"]}  # the ring on all 5 ranks

@@ -112,3 +112,72 @@ def test_join_with_a_user_collective_on_the_ddp_group_breaks_the_job(tmp_path):
     assert "left the Join block" not in run.output
     assert ("Is there a distributed collective mismatch in your code?" in run.output
             or "Timed out waiting" in run.output), run.summary()
+
+
+# The lesson's scripts at 3 ranks with a straggler in the middle, and their failures
+# (moved here from test_scripts.py when the lesson's one script became five).
+
+def per_key(data):
+    return {key: [r[key] for r in data["ranks"]] for key in data["ranks"][0]}
+
+
+def test_straggler_on_three_ranks_with_a_middle_straggler():
+    data = launch("ddp_scripts/06_straggler.py", "--slow-rank", "1", "--steps", "6",
+                  nproc=3, out=True, timeout=120, echo=False).data
+    waits = [sum(s["end"] - s["ready"] for s in steps) for steps in per_key(data)["timeline"]]
+    assert waits.index(min(waits)) == 1  # the straggler is the one rank that hardly waits
+
+
+def test_diagnosis_on_three_ranks_with_a_middle_straggler():
+    data = per_key(launch("ddp_scripts/06_diagnosis.py", "--slow-rank", "1", nproc=3,
+                          out=True, timeout=120, echo=False).data)
+    named = re.search(r"Ranks ([\d, ]+) failed to pass monitoredBarrier",
+                      data["monitored_barrier"][0]["error"])
+    assert named and "1" in named.group(1).replace(" ", "").split(",")
+    assert all("Detected mismatch" in o["error"] for o in data["mismatch_detail"])
+
+
+def test_uneven_inputs_and_join_on_three_ranks():
+    data = per_key(launch("ddp_scripts/06_uneven.py", "--batches", "5", "3", nproc=3,
+                          out=True, timeout=120, echo=False).data)
+    assert [o["steps_done"] for o in data["uneven"]] == [3, 3, 3]
+    for key, divided in [("join", True), ("join_no_divide", False)]:
+        extra = data[key][0]["extra_steps"]
+        assert [s["step"] for s in extra] == [3, 4]
+        assert all(s["equals_own_gradient_over_world_size"] == divided for s in extra)
+        first, *others = data[key]  # weights broadcast at Join's exit, momentum left apart
+        assert [o["optimizer_steps"] for o in data[key]] == [5, 3, 3]
+        assert all(o["weights_after"] == first["weights_after"] != o["weights_own"]
+                   for o in others)
+        assert all(o["momentum_after"] != first["momentum_after"] for o in others)
+
+
+def test_join_limits_on_three_ranks():
+    data = per_key(launch("ddp_scripts/06_join_limits.py", "--batches", "5", "3", nproc=3,
+                          out=True, timeout=120, echo=False).data)
+    for counts in data["join_costs"]:
+        assert [counts[k]["per_forward"][0] for k in counts] == [0, 2, 3, 3]
+    hung = data["join_metric"]
+    assert hung[0]["where"] == "metric" and "Timed out" in hung[0]["error"]
+    assert [o["where"] for o in hung[1:]] == ["joined", "joined"]
+    thrown = data["join_metric_throw"]
+    assert [o["steps"] for o in thrown] == [3, 3, 3]
+    assert [o["error"] for o in thrown[1:]] == [f"RuntimeError: Rank {r} exhausted all inputs."
+                                                for r in (1, 2)]
+    assert len({(o["weights"], o["momentum"]) for o in thrown}) == 1
+
+
+def test_stall_fails_the_job_after_the_timeout():
+    result = launch("ddp_scripts/06_stall.py", "--stall-at", "1", "--stall-timeout", "2",
+                    nproc=2, out=True, timeout=120, echo=False, expect_failure=True)
+    stall = result.data["stall"]  # rank 0 wrote it before it failed
+    assert stall["step"] == 1 and 2 <= stall["waited"] < 4
+    assert "rank 1: stalling at step 1" in result.output
+    root_cause = result.output.split("Root Cause (first observed failure)")[1]
+    assert "traceback : Traceback (most recent call last)" in root_cause  # @record on main
+
+
+def test_straggler_refuses_rank_0_as_the_slow_rank():
+    result = launch("ddp_scripts/06_straggler.py", "--slow-rank", "0", nproc=2,
+                    timeout=120, echo=False, expect_failure=True)
+    assert "--slow-rank must be between 1 and 1" in result.output

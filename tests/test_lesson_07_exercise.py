@@ -43,7 +43,7 @@ def answer(scripts_dir, functions):
 
 def problems(script, *args):
     result = launch(str(script), *args, nproc=2, out=True, timeout=90, echo=False)
-    return [problem for rank in result.data for problem in rank["problems"]]
+    return [problem for rank in result.data["ranks"] for problem in rank["problems"]]
 
 
 def test_model_only_without_a_barrier(scripts_dir):

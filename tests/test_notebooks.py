@@ -1,11 +1,21 @@
 """Every lesson executes under papermill, and every exercise's check passes on its
 solution and fails on its stub (one execution of the proof version proves both); lessons
-02 to 12 each show a figure drawn from their own run."""
+02 to 12 each show a figure drawn from their own run, and none leaves a temporary folder."""
+import tempfile
+from pathlib import Path
+
 import nbformat
 import pytest
 
-from tools.course import execute, lessons, why_not_here
+from tools.course import KERNEL_FOLDER_PREFIX, execute, lessons, why_not_here
 from tools.exercises import exercises, proof_version
+
+
+def temporary_folders() -> set[str]:
+    """The course's folders in the temporary directory (a lesson's checkpoints, logs,
+    rendezvous files), but the kernels' own and lesson 12's cluster state."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob("ddp-course-*")
+            if not p.name.startswith((KERNEL_FOLDER_PREFIX, "ddp-course-cluster"))}
 
 
 @pytest.mark.parametrize("path", lessons(), ids=lambda p: p.stem)
@@ -15,7 +25,10 @@ def test_lesson_executes_and_every_check_can_fail(path, workspace, tmp_path):
         pytest.skip(f"{path.stem} cannot run here: {reason}")
     nb = nbformat.read(path, as_version=4)
     executed_path = tmp_path / path.name
+    before = temporary_folders()
     execute(proof_version(nb), executed_path, workspace, world_size=2)
+    left = temporary_folders() - before
+    assert not left, f"{path.stem} left temporary folders behind: {sorted(left)}"
 
     executed = nbformat.read(executed_path, as_version=4)
     proof_output = "".join(

@@ -1,5 +1,4 @@
 """Each companion script run under torchrun with its defaults, asserted on its JSON."""
-import re
 
 import torch
 import torch.distributed
@@ -52,7 +51,7 @@ def test_devices_refuses_nccl_for_cpu_tensors_before_starting():
 
 
 def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
-    data = launch("ddp_scripts/02_collectives.py", "--ring-sizes", "2", "5", "100",
+    data = launch("ddp_scripts/02_ring.py", "--ring-sizes", "2", "5", "100",
                   "--timing-numel", "3001", "--repeats", "1", "--ring-world-sizes", "2", "3",
                   nproc=3, out=True, timeout=120, echo=False).data
     assert [ring["world_size"] for ring in data["rings"]] == [2, 3]  # 2: a group of ranks 0, 1
@@ -66,7 +65,10 @@ def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
     assert [r["elements_sent"] for r in traffic["ranks"]] == [4002, 4001, 4001]
     if traffic["bytes_counted_by"]:  # the kernel's count: 4 bytes an element, equal headers
         assert len({r["ring_bytes"] - 4 * r["elements_sent"] for r in traffic["ranks"]}) == 1
-    ops = data["collectives"]
+    data = launch("ddp_scripts/02_collectives.py", nproc=3, out=True, timeout=120,
+                  echo=False).data
+    ops = {name: {side: [mine[name][side] for mine in data["ranks"]]
+                  for side in ("before", "after")} for name in data["ranks"][0]}
     if data["backend"] == "gloo":  # a longer receive buffer: no error, the tail untouched
         assert ops["recv into a longer tensor"]["after"][1] == [0.0, 1.0, -1.0]
     assert ops["all_reduce"]["after"] == [[6.0]] * 3
@@ -75,21 +77,21 @@ def test_collectives_on_three_ranks_with_chunks_smaller_than_the_world():
 
 
 def test_backends_measures_every_size_and_probes_every_operation():
-    data = launch("ddp_scripts/03_backends.py", "--sizes", "1024", "65536",
+    data = launch("ddp_scripts/03_bandwidth.py", "--sizes", "1024", "65536",
                   "--seconds-per-size", "0.02", nproc=2, out=True, timeout=120,
                   echo=False).data
     assert [r["bytes"] for r in data["rows"]] == [1024, 65536]
     for r in data["rows"]:
         assert r["seconds"] > 0 and r["iterations"] >= 3
         assert abs(r["busbw"] - r["algbw"]) < 1e-9 * r["algbw"]  # 2 ranks: factor 1
+    data = launch("ddp_scripts/03_backends.py", nproc=2, out=True, timeout=120,
+                  echo=False).data
     assert len(data["supported"]) == 10
-    assert set(data["bucketing"]) == {"one call per tensor", "one bucket"}
     ops = data["reduce_ops"]
     assert set(ops) == set(torch.distributed.ReduceOp.RedOpType.__members__)
     assert ops["SUM"]["float32"] == {"ok": True, "result": 3.0}  # ranks hold 1 and 2
     assert ops["MAX"]["int64"] == {"ok": True, "result": 2}
-    assert data["average_by_sum"] == 1.5
-    assert data["ddp_buckets"] is None  # only with --ddp-buckets (tests/test_lesson_03.py)
+    assert data["average_by_sum"] == 1.5  # DDP's buckets: tests/test_lesson_03.py
 
 
 def test_backends_refuses_a_backend_this_build_lacks():
@@ -129,13 +131,16 @@ def test_init_methods_lone_rank_with_a_fresh_file_waits_then_times_out(tmp_path)
 
 
 def test_ddp_equivalence_on_three_ranks():
-    data = launch("ddp_scripts/05_ddp.py", "--batch", "30", "--steps", "3", nproc=3,
+    data = launch("ddp_scripts/05_equivalence.py", "--batch", "30", "--steps", "3", nproc=3,
                   out=True, timeout=120, echo=False).data
     eq = data["equivalence"]
     assert eq["plain"]["max_abs_diff"] < 1e-6 and eq["plain"]["samples_per_rank"] == 10
     assert eq["sum_loss"]["max_abs_diff"] > 1e-4
-    assert len({b["after"] for b in data["broadcast"]}) == 1
-    assert len({tuple(b["buffer_at_forward"]) for b in data["broadcast"]}) == 1
+    broadcast = launch("ddp_scripts/05_broadcast.py", nproc=3, out=True, timeout=120,
+                       echo=False).data["ranks"]
+    assert len({b["after"] for b in broadcast}) == 1
+    assert len({tuple(b["buffer_at_forward"]) for b in broadcast}) == 1
+    data = launch("ddp_scripts/05_buckets.py", nproc=3, out=True, timeout=120, echo=False).data
     default, unused = ([[b["params"] for b in s["buckets"]] for s in data[key]["steps"]]
                        for key in ("buckets", "buckets_find_unused"))
     assert len(default[0]) == 1 and len(default[1]) >= 2 and default[2] == default[1]
@@ -143,7 +148,7 @@ def test_ddp_equivalence_on_three_ranks():
 
 
 def test_ddp_refuses_a_batch_that_does_not_split():
-    result = launch("ddp_scripts/05_ddp.py", "--batch", "31", nproc=2, timeout=120,
+    result = launch("ddp_scripts/05_equivalence.py", "--batch", "31", nproc=2, timeout=120,
                     echo=False, expect_failure=True)
     assert "--batch 31 must be divisible by the world size 2" in result.output
 
@@ -156,56 +161,9 @@ def test_ddp_training_reduces_metrics_exactly():
         assert h["reduced"] == h["single"] and h["reduced_count"] == data["test_size"]
         assert h["naive_count"] == data["test_size"] + 1  # 357 padded to 358
     assert data["train_size"] == 1440 and data["test_size"] == 357
-    assert sorted(i for f in data["sampler"] for i in f["shard"]) == list(range(1440))
-
-
-def test_skewed_speeds_on_three_ranks_with_a_middle_straggler():
-    data = launch("ddp_scripts/06_skewed_speeds.py", "--slow-rank", "1", "--steps", "6",
-                  "--batches", "5", "3", nproc=3, out=True, timeout=120, echo=False).data
-    waits = [sum(s["end"] - s["ready"] for s in steps) for steps in data["timeline"]]
-    assert waits.index(min(waits)) == 1  # the straggler is the one rank that hardly waits
-    named = re.search(r"Ranks ([\d, ]+) failed to pass monitoredBarrier",
-                      data["monitored_barrier"][0]["error"])
-    assert named and "1" in named.group(1).replace(" ", "").split(",")
-    assert all("Detected mismatch" in o["error"] for o in data["mismatch_detail"])
-    assert [o["steps_done"] for o in data["uneven"]] == [3, 3, 3]
-    for key, divided in [("join", True), ("join_no_divide", False)]:
-        extra = data[key][0]["extra_steps"]
-        assert [s["step"] for s in extra] == [3, 4]
-        assert all(s["equals_own_gradient_over_world_size"] == divided for s in extra)
-        first, *others = data[key]  # weights broadcast at Join's exit, momentum left apart
-        assert [o["optimizer_steps"] for o in data[key]] == [5, 3, 3]
-        assert all(o["weights_after"] == first["weights_after"] != o["weights_own"]
-                   for o in others)
-        assert all(o["momentum_after"] != first["momentum_after"] for o in others)
-    for counts in data["join_costs"]:
-        assert [counts[k]["per_forward"][0] for k in counts] == [0, 2, 3, 3]
-    hung = data["join_metric"]
-    assert hung[0]["where"] == "metric" and "Timed out" in hung[0]["error"]
-    assert [o["where"] for o in hung[1:]] == ["joined", "joined"]
-    thrown = data["join_metric_throw"]
-    assert [o["steps"] for o in thrown] == [3, 3, 3]
-    assert [o["error"] for o in thrown[1:]] == [f"RuntimeError: Rank {r} exhausted all inputs."
-                                                for r in (1, 2)]
-    assert len({(o["weights"], o["momentum"]) for o in thrown}) == 1
-
-
-def test_skewed_speeds_stall_fails_the_job_after_the_timeout():
-    result = launch("ddp_scripts/06_skewed_speeds.py", "--stall-at", "1", "--stall-timeout",
-                    "2", "--steps", "2", nproc=2, out=True, timeout=120, echo=False,
-                    expect_failure=True)
-    stall = result.data["stall"]  # after the experiments, whose records were written first
-    assert "join_metric_throw" in result.data
-    assert stall["step"] == 1 and 2 <= stall["waited"] < 4
-    assert "rank 1: stalling at step 1" in result.output
-    root_cause = result.output.split("Root Cause (first observed failure)")[1]
-    assert "traceback : Traceback (most recent call last)" in root_cause  # @record on main
-
-
-def test_skewed_speeds_refuses_rank_0_as_the_slow_rank():
-    result = launch("ddp_scripts/06_skewed_speeds.py", "--slow-rank", "0", nproc=2,
-                    timeout=120, echo=False, expect_failure=True)
-    assert "--slow-rank must be between 1 and 1" in result.output
+    facts = launch("ddp_scripts/05_sampler.py", nproc=2, out=True, timeout=120,
+                   echo=False).data["ranks"]
+    assert sorted(i for f in facts for i in f["shard"]) == list(range(1440))
 
 
 def test_detail_debug_level_crashes_ddp_construction_on_this_torch():
@@ -220,9 +178,9 @@ def test_detail_debug_level_crashes_ddp_construction_on_this_torch():
     assert "stepped" in fine.output
 
 
-def test_checkpointing_on_four_ranks(tmp_path):
-    data = launch("ddp_scripts/07_checkpointing.py", "--dir", tmp_path, "--workers", "2",
-                  nproc=4, out=True, timeout=180, echo=False).data
+def test_checkpointing_resume_on_four_ranks(tmp_path):
+    data = launch("ddp_scripts/07_resume.py", "--dir", tmp_path, nproc=4, out=True,
+                  timeout=180, echo=False).data
     assert data["steps_per_epoch"] == 2 and data["stop_at"] == 3  # stops mid-epoch
     resume = data["resume"]
     # Lesson 07: on 4 ranks, the fresh model's bucket layout changes the order of the
@@ -234,19 +192,32 @@ def test_checkpointing_on_four_ranks(tmp_path):
     lrs = resume["lrs"]  # the stop (step 3) is after the first halving (step 2)
     assert lrs["no_momentum"] == lrs["uninterrupted"] == [0.05, 0.025, 0.025]
     assert lrs["no_lr"] == lrs["no_optimizer_state"] == [0.1, 0.05, 0.05]
+
+
+def test_checkpointing_atomic_writes_on_four_ranks(tmp_path):
+    data = launch("ddp_scripts/07_atomic_writes.py", "--dir", tmp_path, nproc=4, out=True,
+                  timeout=180, echo=False).data
     assert all(t["max_abs_diff"] < 1e-6 for t in data["truncated"].values())
+    assert [c["error"].split(":")[0] for c in data["cuts"]] == [
+        "EOFError", "UnpicklingError", "RuntimeError", "OSError", "OSError", "RuntimeError"]
+
+
+def test_checkpointing_two_workers_per_rank_on_four_ranks(tmp_path):
     # two workers per rank: batches go to them in turn, and the resume still replays them
-    workers = data["workers"]
+    workers = launch("ddp_scripts/07_workers.py", "--dir", tmp_path, "--workers", "2",
+                     nproc=4, out=True, timeout=180, echo=False).data
     assert workers["workers"] == 2
     assert workers["seeded_per_epoch"]["max_abs_diff"] < 1e-6
     assert workers["seeded_once"]["max_abs_diff"] > 1e-4
     assert len({s["1"] for s in workers["seeded_per_epoch"]["seeds_every_rank"]}) == 4
-    assert [c["error"].split(":")[0] for c in data["cuts"]] == [
-        "EOFError", "UnpicklingError", "RuntimeError", "OSError", "OSError", "RuntimeError"]
-    assert data["dcp"]["rows_per_rank"] == 3
-    # the DCP checkpoint of 4 ranks, loaded into 2
-    loaded = launch("ddp_scripts/07_checkpointing.py", "--dcp-load", data["dcp"]["folder"],
-                    nproc=2, out=True, timeout=120, echo=False).data
+
+
+def test_checkpointing_dcp_of_four_ranks_loaded_into_two(tmp_path):
+    saved = launch("ddp_scripts/07_dcp.py", "--dir", tmp_path, nproc=4, out=True,
+                   timeout=180, echo=False).data
+    assert saved["rows_per_rank"] == 3
+    loaded = launch("ddp_scripts/07_dcp.py", "--load", saved["folder"], nproc=2, out=True,
+                    timeout=120, echo=False).data
     assert loaded["table_equal"] and loaded["model_equal"]
     assert [r["rows"] for r in loaded["ranks"]] == [6, 6]
 
@@ -254,17 +225,19 @@ def test_checkpointing_on_four_ranks(tmp_path):
 def test_checkpointing_resume_is_exact_on_four_ranks_with_one_parameter_tensor():
     # The other half of lesson 07's explanation: with a single tensor there is only one
     # bucket layout, so the fresh model sums in the same order and the resume is exact.
-    data = launch("ddp_scripts/07_checkpointing.py", "--one-tensor", "--workers", "2",
-                  nproc=4, out=True, timeout=180, echo=False).data
+    data = launch("ddp_scripts/07_resume.py", "--one-tensor", nproc=4, out=True, timeout=180,
+                  echo=False).data
     assert data["resume"]["full"]["equal"]
     assert data["resume"]["no_rng_state"]["max_abs_diff"] > 1e-4
     # and with augmentation in two workers per rank, reseeded every epoch: exact too
-    assert data["workers"]["seeded_per_epoch"]["equal"]
-    assert not data["workers"]["seeded_once"]["equal"]
+    workers = launch("ddp_scripts/07_workers.py", "--one-tensor", "--workers", "2", nproc=4,
+                     out=True, timeout=180, echo=False).data
+    assert workers["seeded_per_epoch"]["equal"]
+    assert not workers["seeded_once"]["equal"]
 
 
 def test_checkpointing_refuses_a_stop_outside_the_run():
-    result = launch("ddp_scripts/07_checkpointing.py", "--stop-at", "12", nproc=2,
+    result = launch("ddp_scripts/07_resume.py", "--stop-at", "12", nproc=2,
                     timeout=120, echo=False, expect_failure=True)
     assert "--stop-at must be between 1 and 11 (the run has 12 steps)" in result.output
 
@@ -395,7 +368,7 @@ def test_clusters_script_takes_its_rank_from_slurm_variables():
 
     slurm = {"SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "MASTER_ADDR": "127.0.0.1",
              "MASTER_PORT": str(free_port())}
-    data = launch_ranks("ddp_scripts/12_clusters.py", "--epochs", "1", nproc=2, out=True,
+    data = launch_ranks("ddp_scripts/12_from_slurm.py", "--epochs", "1", nproc=2, out=True,
                         names=("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"), env=slurm,
                         timeout=120, echo=False).data
     assert [(r["rank"], r["local_rank"], r["by_slurm"]) for r in data["ranks"]] == \
@@ -403,7 +376,7 @@ def test_clusters_script_takes_its_rank_from_slurm_variables():
 
 
 def test_clusters_script_under_srun_without_master_addr_says_what_to_export():
-    result = launch_ranks("ddp_scripts/12_clusters.py", nproc=1, expect_failure=True,
+    result = launch_ranks("ddp_scripts/12_from_slurm.py", nproc=1, expect_failure=True,
                           names=("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
                           timeout=60, echo=False)
     assert "MASTER_ADDR and MASTER_PORT not set: the batch script must export them" in \

@@ -1,15 +1,17 @@
 """`make bench`: the figures the course's budgets are about, measured on this machine.
 
 * the cost of one 2-rank torchrun launch of a minimal script (init and destroy a
-  process group) against a bare `python -c "import torch"`, and of one that also builds a
-  DDP model (whose constructor imports torch._dynamo), medians of several runs;
+  process group) against a bare `python -c "import torch"`, of one that also builds a
+  DDP model (whose constructor imports torch._dynamo), and of 1 and 4 ranks, medians of
+  several runs;
 * the start of a notebook kernel under papermill (a lesson of one empty cell), medians;
 * the execution time of each lesson under papermill, and of the whole course, with the
-  number of launches each lesson makes: every launch pays the start-up above, so that
-  number times the minimal launch, plus one kernel start, is the lesson's floor on this
-  machine; the whole course's time over the sum of the floors is the overhead the course
-  adds (budget FLOOR_BUDGET_RATIO: time that is neither launches, kernels nor a lesson's
-  own work is to be removed);
+  launches each lesson makes: every launch pays the start-up above for its number of
+  processes (plus the DDP import when its script builds a DDP model), so those launches,
+  one kernel start, and for lesson 12 the set-up and teardown of its hosts and Slurm,
+  are the lesson's floor on this machine; the whole course's time over the sum of the
+  floors is the overhead the course adds (budget FLOOR_BUDGET_RATIO: time that is
+  neither launches, kernels nor a lesson's own work is to be removed);
 * lesson 02's hand-written ring all-reduce against dist.all_reduce (4 MiB, 2 and 4 ranks).
 
 Budgets (on 2 CPU cores): a launch at most 3x the bare import; a lesson under 40 s
@@ -26,6 +28,7 @@ then rewritten in the README and in the first lesson (`--no-record` leaves them 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -33,10 +36,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
-from tools.course import execute, lessons, make_workspace, why_not_here
+from tools.course import REPO, execute, lessons, make_workspace, uses_cluster, why_not_here
 
 MINIMAL_SCRIPT = """\
 import torch.distributed as dist
@@ -81,10 +85,10 @@ def kernel_starts(workspace: Path, folder: Path, repeats: int) -> list[float]:
 
 def ring_ratios() -> dict[int, float]:
     """Ring time / dist.all_reduce time on 2^20 float32 values (4 MiB), medians of 9, from one
-    4-rank launch of lesson 02's script (the ring on ranks 0-1, then on all 4)."""
+    4-rank launch of lesson 02's ring script (the ring on ranks 0-1, then on all 4)."""
     from tools.launch import cpu_unless_enough_gpus, launch
 
-    data = launch("ddp_scripts/02_collectives.py", "--ring-world-sizes", "2", "4",
+    data = launch("ddp_scripts/02_ring.py", "--ring-world-sizes", "2", "4",
                   "--ring-sizes", "1", "--repeats", "9", nproc=4, out=True, timeout=300,
                   echo=False, env=cpu_unless_enough_gpus(4)).data
     return {ring["world_size"]: ring["timing"]["seconds"]["ring"]
@@ -94,24 +98,89 @@ def ring_ratios() -> dict[int, float]:
 # A launch's echo: `$ torchrun ...`, `$ RANK=0 ... python ...`, `nodeA$ sbatch ...`; not
 # lesson 12's other commands on its hosts (`nodeA$ sinfo -N`).
 LAUNCH_ECHO = re.compile(r"\w*\$ (\w+=\S* )*(torchrun|python|sbatch) ")
+SCRIPT_WORD = re.compile(r"\.(py|sbatch|sh)$")
+PER_NODE = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)")
+DDP_BUILT = re.compile(r"\bDDP\(|DistributedDataParallel\(|ddp=True")
 
 
-def launches_in(executed: Path) -> int:
-    """How many launches an executed lesson made: `launch`, `launch_ranks` and
-    `launch_nodes` echo each command as `$ ...` (lesson 12's hosts as `nodeA$ ...`), one
-    line per process that ends in ` &` when a launch starts several; a Slurm job is
-    echoed as `nodeA$ sbatch ...`."""
-    count = 0
+class Launch(NamedTuple):
+    """One launch a lesson made, from the commands the launchers echoed."""
+    script: str  # the first word of its commands that names a file
+    processes: int  # the processes it started: torchrun's per node, summed; 1 per python
+    torchrun: bool  # started by torchrun (else plain python, or a Slurm job)
+
+
+def launches(executed: Path) -> list[Launch]:
+    """The launches an executed lesson made: `launch`, `launch_ranks` and `launch_nodes`
+    echo each command as `$ ...` (lesson 12's hosts as `nodeA$ ...`), one line per process
+    or node that ends in ` &` when a launch starts several; a Slurm job is echoed as
+    `nodeA$ sbatch ...`."""
+    found: list[list[str]] = []
     for cell in nbformat.read(executed, as_version=4).cells:
         together = False  # a cell's stream may come in several outputs
         for output in cell.get("outputs", []):
             for line in output.get("text", "").splitlines():
                 if LAUNCH_ECHO.match(line):
-                    count += not together
+                    if together:
+                        found[-1].append(line)
+                    else:
+                        found.append([line])
                     together = line.endswith(" &")
                 elif line.strip():
                     together = False
-    return count
+    result = []
+    for lines in found:
+        words = [w for line in lines for w in line.split() if SCRIPT_WORD.search(w)]
+        per_node = [PER_NODE.search(line) for line in lines]
+        torchrun = [" torchrun " in f" {line} " for line in lines]
+        processes = sum(int(m[1]) if m else 1 for m in per_node)
+        if " sbatch " in f" {lines[0]} ":
+            processes = 2  # a Slurm job of the course: two tasks
+        result.append(Launch(words[0] if words else "", processes, any(torchrun)))
+    return result
+
+
+def launched_scripts(executed: Path) -> list[str]:
+    """The script of each launch an executed lesson made (see launches)."""
+    return [launch.script for launch in launches(executed)]
+
+
+def launches_in(executed: Path) -> int:
+    """How many launches an executed lesson made (see launched_scripts)."""
+    return len(launched_scripts(executed))
+
+
+def builds_ddp(script: str, folder: Path = REPO / "ddp_scripts") -> bool:
+    """Whether a launched course script (or a harness it imports from `folder`) builds a
+    DDP model, whose constructor imports torch._dynamo: such a launch costs the minimal
+    DDP launch, not the minimal one."""
+    path = folder / Path(script).name
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    for name in re.findall(r"^(?:from|import) (\w+)", text, re.M):
+        if (folder / f"{name}.py").is_file() and name != "ddp_common":
+            text += (folder / f"{name}.py").read_text()
+    return bool(DDP_BUILT.search(text))
+
+
+def launch_floor(made: Launch, minimal: dict, bare: float, ddp_extra: float) -> float:
+    """The least a launch like `made` costs on this machine: a plain `python` start per
+    process (bare import) or the minimal torchrun launch of its processes (`minimal`, by
+    count, measured at 1, 2 and 4: others interpolated), plus the DDP import when its
+    script builds a DDP model. Processes beyond the cores start one after another."""
+    share = max(1.0, made.processes / (os.cpu_count() or 1))
+    if made.torchrun or made.processes == 2 and made.script.endswith(".sbatch"):
+        known = sorted(minimal)
+        low = max([n for n in known if n <= made.processes], default=known[0])
+        high = min([n for n in known if n >= made.processes], default=known[-1])
+        cost = minimal[low] if low == high else (
+            minimal[low] + (minimal[high] - minimal[low]) * (made.processes - low) / (high - low))
+        if made.processes > known[-1]:
+            cost = minimal[known[-1]] * made.processes / known[-1]
+    else:
+        cost = bare * share
+    return cost + (ddp_extra * share if builds_ddp(made.script) else 0.0)
 
 
 def verdict(ok: bool) -> str:
@@ -133,16 +202,22 @@ def main(argv=None) -> int:
         ddp_script.write_text(MINIMAL_DDP_SCRIPT)
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     "--nproc-per-node=2"]
-        imports, launches, ddp_launches = [], [], []
+        imports, two_ranks, ddp_launches = [], [], []
+        by_processes: dict[int, list[float]] = {1: [], 4: []}
         for i in range(args.repeats):
             imports.append(timed([sys.executable, "-c", "import torch"]))
-            launches.append(timed([*torchrun, str(script)]))
+            two_ranks.append(timed([*torchrun, str(script)]))
             ddp_launches.append(timed([*torchrun, str(ddp_script)]))
+            for n, times in by_processes.items():
+                times.append(timed([*torchrun[:-1], f"--nproc-per-node={n}", str(script)]))
             print(f"run {i + 1}/{args.repeats}: import torch {imports[-1]:.2f} s, "
-                  f"2-rank launch {launches[-1]:.2f} s, with a DDP model "
-                  f"{ddp_launches[-1]:.2f} s", flush=True)
-    bare, launch = statistics.median(imports), statistics.median(launches)
+                  f"2-rank launch {two_ranks[-1]:.2f} s, with a DDP model "
+                  f"{ddp_launches[-1]:.2f} s; 1 rank {by_processes[1][-1]:.2f} s, 4 ranks "
+                  f"{by_processes[4][-1]:.2f} s", flush=True)
+    bare, launch = statistics.median(imports), statistics.median(two_ranks)
     ddp_launch = statistics.median(ddp_launches)
+    minimal = {1: statistics.median(by_processes[1]), 2: launch,
+               4: statistics.median(by_processes[4])}
     ratio = launch / bare
     print(f"\nmedian bare `import torch`:  {bare:.2f} s")
     print(f"median 2-rank torchrun:       {launch:.2f} s")
@@ -160,8 +235,11 @@ def main(argv=None) -> int:
         workspace = make_workspace(Path(folder) / "course")
         kernel = statistics.median(kernel_starts(workspace, Path(folder), args.repeats))
         print(f"median kernel start:          {kernel:.2f} s  (papermill, one empty cell)")
-        print(f"\nlesson                          seconds  launches  floor (launches x "
-              f"{launch:.1f} s + {kernel:.1f} s)")
+        cluster_up_down = cluster_setup()
+        print(f"median 1-rank, 4-rank torchrun: {minimal[1]:.2f} s, {minimal[4]:.2f} s")
+        print("\nlesson                          seconds  launches  floor (each launch's minimal "
+              "one for its processes, DDP or not; one kernel start"
+              f"{'; the hosts and Slurm' if cluster_up_down else ''})")
         total, total_launches, total_floor = 0.0, 0, 0.0
         seconds_by_lesson = {}
         single_machine = 0.0
@@ -173,8 +251,11 @@ def main(argv=None) -> int:
             executed = Path(folder) / "out" / path.name
             seconds = execute(nbformat.read(path, as_version=4), executed, workspace)
             seconds_by_lesson[path.stem] = seconds
-            count = launches_in(executed)
-            floor = count * launch + kernel
+            made = launches(executed)
+            count = len(made)
+            floor = (sum(launch_floor(m, minimal, bare, ddp_launch - launch) for m in made)
+                     + kernel + (cluster_up_down if uses_cluster(nbformat.read(path, as_version=4))
+                                 else 0.0))
             total += seconds
             total_launches += count
             total_floor += floor
@@ -190,7 +271,6 @@ def main(argv=None) -> int:
           f"{verdict(over <= FLOOR_BUDGET_RATIO)})")
     print(f"{'... without lesson 12':<30}  {single_machine:7.1f}  {'':8}  {'':7}   "
           f"{verdict(single_machine < COURSE_BUDGET_S)}")
-    cluster_setup()
     if not args.no_record:
         from tools import course_map
 
@@ -203,22 +283,24 @@ def main(argv=None) -> int:
     return 0
 
 
-def cluster_setup() -> None:
-    """Lesson 12's cluster on its own: packages, up (hosts and Slurm), down."""
+def cluster_setup() -> float:
+    """Lesson 12's cluster on its own: packages, up (hosts and Slurm), down. Returns the
+    seconds of up and down (part of lesson 12's floor), 0 where it cannot run."""
     from tools import cluster
 
     reason = cluster.why_not()
     if reason:
         print(f"\nlesson 12's cluster: not timed ({reason})")
-        return
+        return 0.0
     missing = cluster.missing_packages()
     up = cluster.up()
     start = time.monotonic()
     cluster.down(quiet=True)
     down = time.monotonic() - start
-    print(f"\nlesson 12's cluster: up in {up:.1f} s "
+    print(f"lesson 12's cluster: up in {up:.1f} s "
           f"({'installing ' + ' '.join(missing) if missing else 'packages already installed'}), "
           f"down in {down:.1f} s, leftovers: {cluster.leftovers() or 'none'}")
+    return up + down
 
 
 if __name__ == "__main__":

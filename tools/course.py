@@ -45,13 +45,18 @@ def why_not_here(path: Path) -> str | None:
 MAX_MAIN_PATH_WORDS = 1500  # prose a lesson may hold outside its folded deep dives
 
 
+def without_deep_dives(markdown: str) -> str:
+    """A markdown cell as a reader sees it before unfolding: its `<details>` blocks out."""
+    return re.sub(r"<details>.*?</details>", "", markdown, flags=re.S)
+
+
 def main_path_prose(nb) -> str:
     """A lesson's prose as a reader sees it unfolded: its markdown with the folded
     `<details>` blocks and the fenced code taken out."""
     parts = []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            text = re.sub(r"<details>.*?</details>", "", cell.source, flags=re.S)
+            text = without_deep_dives(cell.source)
             parts.append(re.sub(r"```.*?```", "", text, flags=re.S))
     return "\n".join(parts)
 
@@ -61,6 +66,36 @@ def main_path_words(nb) -> int:
     characters, or whitespace-separated tokens, which count a table's `|` cells): the larger."""
     prose = main_path_prose(nb)
     return max(len(re.findall(r"\w+", prose)), len(prose.split()))
+
+
+MAX_RESULT_DISTANCE = 3  # cells from a piece of a script to the check of its run
+
+WRITES_SCRIPT = re.compile(r"%%writefile\b")
+LAUNCHES = re.compile(r"\b(launch|launch_ranks|launch_nodes|launch_on|run_exercise|sbatch|srun)\(")
+CHECKS = re.compile(r"^\s*assert\b", re.M)
+
+
+def result_distances(nb) -> list[tuple[int, int | None]]:
+    """For each code cell that writes a script or a piece of one (`%%writefile`), how many
+    cells later (markdown counted) the first check of a run comes: the first code cell
+    with an `assert` at or after the next launch, cells that write scripts skipped. None
+    when no check follows. A figure or table of the run sits between them, so this is
+    the distance from code to result that a reader scrolls."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not WRITES_SCRIPT.match(cell.source):
+            continue
+        launched, distance = False, None
+        for j in range(i + 1, len(nb.cells)):
+            later = nb.cells[j]
+            if later.cell_type != "code" or WRITES_SCRIPT.match(later.source):
+                continue
+            launched = launched or bool(LAUNCHES.search(later.source))
+            if launched and CHECKS.search(later.source):
+                distance = j - i
+                break
+        found.append((i, distance))
+    return found
 
 
 def title(nb) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools.course import NOTEBOOKS, REPO, lessons, title
+from tools.course import NOTEBOOKS, REPO, lessons, title, without_deep_dives
 
 SECONDS_FILE = Path(__file__).resolve().parent / "lesson_seconds.json"
 README = REPO / "README.md"
@@ -51,6 +51,7 @@ TOPICS = [
     ("When a job fails, hangs or crawls", [
         ("04_rendezvous_failures", "a job that never starts"),
         ("06_skewed_speeds", "slow ranks, timeouts and uneven inputs"),
+        ("07_checkpoints_survive", "checkpoints that survive workers, crashes and resharding"),
         ("08_fault_tolerance", "a rank that dies: restart and resume"),
         ("08_store_trap", "a restarted job that cannot reconnect"),
     ]),
@@ -81,7 +82,7 @@ def reading_minutes(nb) -> int:
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
         if cell.cell_type == "markdown":
-            text = re.sub(r"<details>.*?</details>", "", cell.source, flags=re.S)
+            text = without_deep_dives(cell.source)
             text = re.sub(r"!\[[^\]]*\]", "", text)  # an image's alt text
             if EXERCISES in text:
                 prose += _words(text.split(EXERCISES)[0])

@@ -102,7 +102,8 @@ def straggler_timeline(data: dict):
         work = [(s["start"], s["ready"] - s["start"]) for s in steps]
         wait = [(s["ready"], s["end"] - s["ready"]) for s in steps]
         ax.broken_barh(work, (y - 0.3, 0.6), facecolor="#3366aa", edgecolor="white",
-                       label="working (gradients not ready yet)" if rank == 0 else None)
+                       label=("until its gradients are ready (work, or a wait in forward)"
+                              if rank == 0 else None))
         ax.broken_barh(wait, (y - 0.3, 0.6), facecolor="#f0a030", edgecolor="white",
                        label="waiting in the gradient all-reduce" if rank == 0 else None)
     slow = data["slow_rank"]
@@ -160,6 +161,16 @@ def join_times(runs: dict, timeout: float | None = None):
     return fig
 
 
+# Lesson 08's events (its script's log and the store trap's): marker, colour, legend label.
+EVENT_STYLE = {"start": ("o", "#777777", "process started"),
+               "joined": ("^", "#38761d", "joined the group"),
+               "resumed": ("s", "#3366aa", "loaded a checkpoint"),
+               "first step done": ("D", "#674ea7", "first step of the attempt"),
+               "saved": ("|", "#000000", "checkpoint saved (its step)"),
+               "kill": ("X", "#cc0000", "SIGKILL"),
+               "finished": ("*", "#e69138", "trained the last step")}
+
+
 def restart_timeline(events: list, notes: dict | None = None):
     """What each rank of each torchrun attempt did, from lesson 08's events log (one
     dict per line: event, rank, restart, time): one row per attempt and rank, a marker
@@ -167,8 +178,6 @@ def restart_timeline(events: list, notes: dict | None = None):
     default, "never joined the group" on a row without a "joined" event)."""
     t0 = min(e["time"] for e in events)
     rows = sorted({(e["restart"], e["rank"]) for e in events})
-    style = {"start": ("o", "#777777"), "joined": ("^", "#38761d"), "kill": ("X", "#cc0000"),
-             "resumed": ("s", "#3366aa"), "first step done": ("D", "#e69138")}
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(rows) + 1.6))
     seen = set()
     for y, (restart, rank) in enumerate(rows):
@@ -178,9 +187,9 @@ def restart_timeline(events: list, notes: dict | None = None):
         ax.plot([times[0], max(times[-1], times[0] + 0.05)], [y, y], color="#bbbbbb", lw=6,
                 solid_capstyle="butt", zorder=1)
         for e, t in zip(mine, times):
-            marker, color = style.get(e["event"], ("o", "#000000"))
+            marker, color, label = EVENT_STYLE.get(e["event"], ("o", "#000000", e["event"]))
             ax.scatter([t], [y], marker=marker, color=color, s=70, zorder=3,
-                       label=None if e["event"] in seen else e["event"])
+                       label=None if e["event"] in seen else label)
             seen.add(e["event"])
             old = e.get("addresses_in_store")
             if e["event"] == "start" and old:
@@ -274,13 +283,6 @@ def fault_timeline(events: list):
     fig, axes = plt.subplots(1, len(attempts), figsize=(11, 0.7 * len(ranks) + 2.2),
                              sharey=True, squeeze=False)
     axes = axes[0]
-    style = {"start": ("o", "#777777", "process started"),
-             "joined": ("^", "#38761d", "joined the group"),
-             "resumed": ("s", "#3366aa", "loaded a checkpoint"),
-             "first step done": ("D", "#674ea7", "first step of the attempt"),
-             "saved": ("|", "#000000", "checkpoint saved (its step)"),
-             "kill": ("X", "#cc0000", "SIGKILL"),
-             "finished": ("*", "#e69138", "trained the last step")}
     kills = [e for e in events if e["event"] == "kill"]
     for ax, attempt in zip(axes, attempts):
         mine = [e for e in events if e["restart"] == attempt]
@@ -300,7 +302,7 @@ def fault_timeline(events: list):
                 ax.text(last + pad, rank + 0.3, "stopped by torchrun (SIGTERM)",
                         ha="right", fontsize=8, color="#555555")
             for e, x in zip(row, t):
-                marker, color, _ = style.get(e["event"], ("o", "#000000", e["event"]))
+                marker, color, _ = EVENT_STYLE.get(e["event"], ("o", "#000000", e["event"]))
                 ax.scatter([x], [rank], marker=marker, color=color, s=90 if marker != "|"
                            else 260, zorder=3, linewidths=2)
                 if e["event"] == "saved":  # labels alternate in height: saves come fast
@@ -326,7 +328,7 @@ def fault_timeline(events: list):
     axes[0].set_yticks(ranks, [f"rank {r}" for r in ranks])
     axes[0].set_ylim(len(ranks) - 0.4, -0.7)
     handles = [plt.Line2D([], [], marker=m, color=c, ls="", ms=8, label=label, mew=2)
-               for m, c, label in style.values()]
+               for m, c, label in EVENT_STYLE.values()]
     handles += [plt.Line2D([], [], color=c, lw=8, label=label) for c, label in
                 (("#cccccc", "starting"), ("#9fc5e8", "training"))]
     fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8.5, frameon=False)
@@ -338,7 +340,7 @@ def bucket_gantt(ranks: list):
     """DDP's buckets overlapping backward (lesson 05), one row per rank: backward as a grey
     bar, a tick when each parameter's gradient is ready (coloured as its bucket), and each
     bucket's all-reduce as a bar from hand-over to return; ms since a barrier all ranks
-    left together. `ranks`: per rank, one step of record_buckets in ddp_scripts/05_ddp.py."""
+    left together. `ranks`: per rank, one step of record_buckets in ddp_scripts/05_buckets.py."""
     n = len(ranks)
     colors = plt.get_cmap("tab10").colors
     fig, ax = plt.subplots(figsize=(10, 0.9 * n + 1.7))
@@ -372,7 +374,7 @@ def bucket_gantt(ranks: list):
 def memory_per_rank(ranks: list, ways: tuple[str, ...] = ("DDP", "ZeRO", "FSDP2")):
     """What each rank keeps under DDP, ZeRO and FSDP2 (lesson 10), as stacked bars: one bar
     per rank and way, weights, gradients and optimizer state stacked, in KiB. `ranks`: per
-    rank, its "sharding" dict from ddp_scripts/10_beyond_allreduce.py ({way: {"params",
+    rank, what ddp_scripts/10_sharding.py found ({way: {"params",
     "grads", "optimizer"}} in bytes, a shard counted as its own size)."""
     parts = (("params", "weights", "#4f81bd"), ("grads", "gradients", "#9bbb59"),
              ("optimizer", "optimizer state (Adam)", "#f79646"))
@@ -442,7 +444,7 @@ def pipeline_timeline(ranks: list):
     """One pipeline step as it ran (lesson 11): one row per rank, a box for each
     micro-batch's forward (F) and backward (B) on that rank's stage, in ms since a barrier
     all ranks left together. `ranks`: per rank, {"rank", "stage", "replica", "events":
-    [[kind, start, end], ...]} (seconds), as ddp_scripts/11_pipeline_ddp.py records them."""
+    [[kind, start, end], ...]} (seconds), as ddp_scripts/11_pipelining.py records them."""
     colors = {"F": "#9fc5e8", "B": "#f9cb9c"}
     n = len(ranks)
     fig, ax = plt.subplots(figsize=(10, 0.7 * n + 1.5))
@@ -464,6 +466,73 @@ def pipeline_timeline(ranks: list):
     ax.set_xlabel("milliseconds since a barrier all ranks left together")
     ax.set_title("One GPipe step as it ran: forwards (F, blue) then backwards (B, orange); "
                  "gaps are idle time", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def resume_variants(data: dict):
+    """Lesson 07: every resume of the lesson's table against the run that never stopped,
+    one panel each: rank 0's loss at each step after the checkpoint (dots) on the
+    uninterrupted run's (grey), and in the title the largest difference of the final
+    weights. The dotted line is the checkpoint."""
+    resume, stop_at, steps = data["resume"], data["stop_at"], data["steps"]
+    names = [name for name in resume["losses"] if name != "uninterrupted"]
+    columns = 4
+    rows = -(-len(names) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(12, 2.5 * rows + 0.4), sharex=True,
+                             sharey=True, squeeze=False)
+    after = list(range(stop_at + 1, steps + 1))
+    for ax, name in zip(axes.flat, names):
+        ax.plot(range(1, steps + 1), resume["losses"]["uninterrupted"], "-", color="#999999",
+                lw=5, alpha=0.6)
+        ax.plot(after, resume["losses"][name], "o-", ms=4, lw=1,
+                color="#1a73e8" if name == "full" else "#c0504d")
+        ax.axvline(stop_at + 0.5, color="#333333", ls=":", lw=1)
+        ax.set_title(f"{name}: {resume[name]['max_abs_diff']:.2g}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(names):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("optimizer step")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss (rank 0)")
+    fig.suptitle("each resume (dots) against the uninterrupted run (grey); title: variant, "
+                 "largest weight difference at the end", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def cut_files(cuts: list):
+    """Lesson 07, part 2: what torch.load said about a checkpoint cut short, from the run's
+    list of cuts (dicts with cut, bytes, of and error): one row per cut, a bar to where the
+    file ends (bytes kept, on a symmetric log scale, the whole file as a line), coloured by
+    the error it gave."""
+    def kind(error):
+        first = error.splitlines()[0] if error else "loaded"
+        if "failed finding central directory" in first:
+            return "failed finding central directory"
+        if "not a ZIP archive" in first:
+            return "not a ZIP archive"
+        name, _, said = first.partition(":")
+        said = said.strip().split(".")[0]  # its first sentence
+        return f"{name} ({said})" if said else f"{name} (no message)"
+    kinds = list(dict.fromkeys(kind(c["error"]) for c in cuts))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(cuts) + 1.8))
+    for y, cut in enumerate(cuts):
+        k = kind(cut["error"])
+        ax.barh(y, cut["bytes"], color=colors[kinds.index(k) % len(colors)],
+                label=k if k not in [kind(c["error"]) for c in cuts[:y]] else None)
+        ax.plot([cut["of"], cut["of"]], [y - 0.4, y + 0.4], color="#333333", lw=1)
+        ax.text(cut["bytes"] * 1.15 + 1, y, f"{cut['bytes']:,} of {cut['of']:,}",
+                va="center", fontsize=8)
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_yticks(range(len(cuts)), [c["cut"] for c in cuts])
+    ax.invert_yaxis()
+    ax.set_xlabel("bytes left in the file (a black tick: the whole file)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18 - 1.2 / (len(cuts) + 4)),
+              ncol=2, fontsize=8.5, title="what torch.load raised")
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig

@@ -39,7 +39,9 @@ DESCRIPTIONS = {
     "06_skewed_speeds": "Stragglers, timeouts and hangs: who waits for whom, monitored_barrier "
     "naming the late rank, uneven inputs fixed with Join.",
     "07_checkpointing": "Saving and resuming DDP training: rank-0 saves, the module. prefix, the "
-    "full training state, atomic writes, weights_only, an exact resume.",
+    "full training state, an exact resume, and what each missing piece does.",
+    "07_checkpoints_survive": "Checkpoints that survive: DataLoader workers' seeds, a crash while "
+    "saving, weights_only, sharded checkpoints loaded into another number of ranks.",
     "08_fault_tolerance": "A rank killed mid-training: torchrun restarts the job, which resumes "
     "from its checkpoint and ends with the uninterrupted run's weights.",
     "08_store_trap": "A restarted job that reads the dead processes' addresses from torchrun's "
