@@ -170,7 +170,7 @@ def launch_floor(made: Launch, minimal: dict, bare: float, ddp_extra: float) -> 
     count, measured at 1, 2 and 4: others interpolated), plus the DDP import when its
     script builds a DDP model. Processes beyond the cores start one after another."""
     share = max(1.0, made.processes / (os.cpu_count() or 1))
-    if made.torchrun or made.processes == 2 and made.script.endswith(".sbatch"):
+    if made.torchrun or made.script.endswith(".sbatch"):  # a Slurm job: as torchrun
         known = sorted(minimal)
         low = max([n for n in known if n <= made.processes], default=known[0])
         high = min([n for n in known if n >= made.processes], default=known[-1])
