@@ -55,8 +55,8 @@ bench: venv  ## launch cost and per-lesson seconds against the budgets
 student: venv  ## the student version (solutions replaced by stubs) in build/student
 	$(PY) -m tools.student
 
-grade: venv  ## grade a learner's notebooks: one line per exercise, a score (tools/grade.py)
-	$(PY) -m tools.grade $(NOTEBOOKS)
+grade: venv  ## grade a class: CLASS=submissions/ (a folder per student); tools/grade.py
+	$(PY) -m tools.grade $(CLASS) $(NOTEBOOKS) $(if $(LESSONS),--lessons $(LESSONS))
 
 images: venv  ## redraw the diagrams in images/
 	$(PY) -m tools.diagrams

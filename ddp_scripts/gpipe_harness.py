@@ -5,8 +5,9 @@ writes what every rank found as JSON.
 One replica, so two processes and no DDP (there is nothing to average): rank 0 runs
 stage 0, rank 1 stage 1. The network, its batches and the one-process reference come from
 this lesson's module, ddp_scripts/two_stages.py. Each step hands `gpipe_step` the
-batch of 16 and the number of micro-batches, 4; the sends, receives and forwards it makes
-are counted, and logged in order for the first step. CPU and Gloo."""
+batch of 16 and the number of micro-batches, 4 (--micro sets another); the sends,
+receives and forwards it makes are counted, and logged in order for the first step. CPU
+and Gloo."""
 
 import argparse
 import sys
@@ -77,6 +78,8 @@ def run_exercise(gpipe_step):
     parser.add_argument("--timeout", type=float, default=20,
                         help="seconds a send or receive waits, then Gloo gives up")
     parser.add_argument("--out", help="rank 0 writes the results as JSON to this path")
+    parser.add_argument("--micro", type=int, default=MICRO,
+                        help="micro-batches per step, a divisor of the batch of 16")
     args = parser.parse_args()
     rank, _, world_size, _ = setup("cpu", timeout_s=args.timeout)  # lesson 01
     if world_size != 2:
@@ -87,7 +90,7 @@ def run_exercise(gpipe_step):
     with CallLog(model) as calls:
         for step in range(STEPS):
             optimizer.zero_grad()
-            gpipe_step(model, stage, partner, *lesson.batch(0, step), MICRO)
+            gpipe_step(model, stage, partner, *lesson.batch(0, step), args.micro)
             optimizer.step()
             calls.logging = False  # the first step's order is enough
     mine = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -97,5 +100,5 @@ def run_exercise(gpipe_step):
              "order": calls.order}
     print(f"rank {rank} (stage {stage}): weights off by {found['gap']:.1e}, per step "
           f"{found['per_step']}", flush=True)
-    report(args.out, found, micro=MICRO)
+    report(args.out, found, micro=args.micro)
     teardown()

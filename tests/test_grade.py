@@ -1,19 +1,19 @@
-"""`make grade`: the grader on small made-up notebooks (every way an exercise can end,
-exact lines and scores; timeouts; the processes a lesson leaves behind), and on a real
-lesson: its student version graded inside a handout written by `make student`, and its
-instructor version."""
-import os
+"""`make grade`: the grader on small made-up lessons (every way an exercise can end, exact
+lines and points; timeouts; the processes a lesson leaves behind; which cells it runs),
+then a class of four simulated students on two real lessons, graded end to end: the right
+answers, the handout untouched, near misses, and a tampered hand-in."""
+import csv
 import re
+import shutil
 import subprocess
-import sys
-import time
 
 import nbformat
 import pytest
 
-from tools.course import REPO, make_workspace
-from tools.exercises import exercise_cells, exercises, student_version
-from tools.grade import main
+from tools.course import REPO
+from tools.exercises import exercise_list, near_miss_source, student_version
+from tools.grade import main, match_solutions
+from tools.grade_cells import names, needed_cells
 from tools.grade_kernel import describe
 from tools.student import write_student_course
 
@@ -24,18 +24,26 @@ def notebook(*cells):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
-    for source, tags in cells:
+    for k, (source, tags) in enumerate(cells):
         cell = nbformat.v4.new_code_cell(source)
+        cell.id = f"c{k}"
         cell.metadata["tags"] = tags
         nb.cells.append(cell)
     return nb
 
 
+def answer(name, body, stub="pass"):
+    """An instructor's solution cell defining `name`."""
+    return (f"def {name}():\n    # STUB: {stub}\n    ### BEGIN SOLUTION\n    {body}\n"
+            f"    ### END SOLUTION", ["solution"])
+
+
 def grade(capsys, *argv):
     """Run the grader's command line; its exit status and printed lines (seconds blanked)."""
     status = main([str(a) for a in argv])
-    lines = re.sub(r"\(\d+\.\d s\)", "(T s)", capsys.readouterr().out).splitlines()
-    return status, [line for line in lines if not line.startswith("# ")]
+    out = capsys.readouterr().out
+    lines = re.sub(r"\(\d+\.\d s\)", "(T s)", out).splitlines()
+    return status, [line for line in lines if line and not line.startswith("# ")]
 
 
 def alive(pid: int) -> bool:
@@ -51,13 +59,15 @@ while True:
 """
 
 
-def learner_notebook(pid_dir):
-    return notebook(
+def lesson_pair(pid_dir):
+    """(the instructor's lesson, a learner's hand-in) for every way an exercise ends."""
+    teacher = notebook(
         ("world_size = 2", ["parameters"]),
         ("import sys\nfrom pathlib import Path\nsys.path.insert(0, str(Path.cwd().parent))\n"
          "from tools.launch import launch", []),
         # torchrun started by a cell, as tools.launch does (a session of its own), running
-        # two workers that never end; the cell waits until both have started
+        # two workers that never end; the cell waits until both have started. Grading runs
+        # it though no exercise needs it (grade-setup).
         (f"%%writefile ../ddp_scripts/zz_grade_worker.py\n{HANGING_WORKER}", []),
         ("import subprocess, time\n"
          "agent = subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', "
@@ -67,135 +77,166 @@ def learner_notebook(pid_dir):
          "deadline = time.monotonic() + 120\n"
          f"while len(list(Path({str(pid_dir)!r}).glob('[0-9]*'))) < 2:\n"
          "    assert time.monotonic() < deadline and agent.poll() is None\n"
-         "    time.sleep(0.1)", []),
-        # 1: right
-        ("def f():\n    return 42", ["solution"]), ("assert f() == 42", ["check"]),
-        # 2: wrong, the assert has a message
-        ("def g():\n    return 0", ["solution"]), ("assert g() == 1, 'g must return 1'", ["check"]),
-        # 3: a stub that loops forever; stopped, it takes the torchrun above with it
-        ("def h():\n    while True:\n        pass", ["solution"]),
-        ("assert h() == 3", ["check"]),
-        # 4: the learner's code raises
-        ("answer = undefined_name + 1", ["solution"]), ("assert answer == 2", ["check"]),
-        # 5: a bare assert over two lines, inside a loop
-        ("def k(x):\n    return x", ["solution"]),
+         "    time.sleep(0.1)", ["grade-setup"]),
+        ("experiment = 1 / 0  # a lesson cell no exercise needs: never run", []),
+        answer("f", "return 42"), ("assert f() == 42, 'f must return 42'", ["check"]),
+        answer("g", "return 1"), ("assert g() == 1, 'g must return 1'", ["check"]),
+        answer("h", "return 3"), ("assert h() == 3", ["check"]),
+        ("# STUB: answer = None\n### BEGIN SOLUTION\nanswer = 2\n### END SOLUTION",
+         ["solution"]), ("assert answer == 2", ["check"]),
+        ("def k(x):\n    # STUB: pass\n    ### BEGIN SOLUTION\n    return 3\n"
+         "    ### END SOLUTION", ["solution"]),
         ("for x in (3, 2):\n    assert k(x) \\\n        == 3  # a comment", ["check"]),
-        # 6: code that does not compile
-        ("def broken(:\n    pass", ["solution"]), ("assert broken() is None", ["check"]),
-        # 7: a script exercise whose script is right
-        ("%%writefile ../ddp_scripts/zz_grade_ok.py\nprint('hello')", ["solution"]),
+        answer("broken", "return None"), ("assert broken() is None", ["check"]),
+        ("%%writefile ../ddp_scripts/zz_grade_ok.py\n# STUB: pass\n### BEGIN SOLUTION\n"
+         "print('hello')\n### END SOLUTION", ["solution"]),
         ("assert launch('ddp_scripts/zz_grade_ok.py', nproc=None, timeout=30).output"
-         " == 'hello\\n'", ["check"]),
-        # 8: a script exercise whose script hangs: the launch's own timeout fails it
-        ("%%writefile ../ddp_scripts/zz_grade_hang.py\nimport time\nwhile True:\n"
-         "    time.sleep(0.1)", ["solution"]),
+         " == 'hello\\n', 'expected the script to print hello'", ["check"]),
+        ("%%writefile ../ddp_scripts/zz_grade_hang.py\n# STUB: pass\n### BEGIN SOLUTION\n"
+         "print('done')\n### END SOLUTION", ["solution"]),
         ("launch('ddp_scripts/zz_grade_hang.py', nproc=None, timeout=2)", ["check"]),
-        # the learner broke a cell that is no exercise: the lesson stops there
-        ("ratio = 1 / 0", []),
-        # 9: never reached
-        ("def m():\n    return 1", ["solution"]), ("assert m() == 1", ["check"]),
+        answer("m", "return 1"), ("assert m() == 1, 'm must return 1'", ["check"]),
+        answer("p", "return [1, 2]"),
+        ("assert p() == [1, 2], 'p must return [1, 2]'", ["check"]),
+        ("assert p()[0] == 1, 'p()[0] must be 1'", ["hidden"]),
+        ("Near miss: [1, 2] as a tuple.\n- return [1, 2]\n+ return (1, 2)", ["near-miss"]),
     )
+    teacher.cells[-3].metadata["points"] = 2
+    teacher.cells[-1].cell_type = "raw"
+    teacher.cells[-1].pop("outputs"), teacher.cells[-1].pop("execution_count")
+    learner = student_version(teacher)
+    answers = {
+        "f": "def f():\n    return 42",  # 1: right
+        "g": "def g():\n    return 0",  # 2: wrong, the assert has a message
+        "h": "def h():\n    while True:\n        pass",  # 3: loops forever, with the torchrun
+        "answer": "answer = undefined_name + 1",  # 4: the learner's code raises
+        "k": "def k(x):\n    return x",  # 5: a bare assert over two lines, in a loop
+        "broken": "def broken(:\n    pass",  # 6: does not compile
+        "zz_grade_ok": "%%writefile ../ddp_scripts/zz_grade_ok.py\nprint('hello')",  # 7
+        "zz_grade_hang": "%%writefile ../ddp_scripts/zz_grade_hang.py\nimport time\n"
+                         "while True:\n    time.sleep(0.1)",  # 8: the launch's timeout
+        "m": "def m():\n    return 1 / 0",  # 9: raises inside the check: the learner's line
+        "p": "def p():\n    return [2, 1]",  # 10: wrong in both parts
+    }
+    solutions = [c for c in learner.cells if "solution" in c.metadata["tags"]]
+    for cell, source in zip(solutions, answers.values()):
+        cell.source = source
+    # a scratch cell that raises, before exercise 9: it costs nothing (it never runs)
+    scratch = nbformat.v4.new_code_cell("import math\nmath.sqrt(-1)  # trying things")
+    scratch.id = "scratch"
+    learner.cells.insert(learner.cells.index(solutions[8]), scratch)
+    # a helper of the learner's own, which exercise 1's answer uses: it runs
+    helper = nbformat.v4.new_code_cell("def forty_two():\n    return 6 * 7")
+    helper.id = "helper"
+    learner.cells.insert(learner.cells.index(solutions[0]), helper)
+    solutions[0].source = "def f():\n    return forty_two()"
+    return teacher, learner
 
 
 def test_every_way_an_exercise_ends(tmp_path, capsys):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    path = tmp_path / "01_demo.ipynb"
-    nbformat.write(learner_notebook(pid_dir), path)
-    status, lines = grade(capsys, path, "--timeout", LOOP_TIMEOUT_S, "--build", tmp_path / "b",
+    teacher, learner = lesson_pair(pid_dir)
+    (tmp_path / "teacher").mkdir()
+    nbformat.write(teacher, tmp_path / "teacher" / "01_demo.ipynb")
+    (tmp_path / "class" / "ann").mkdir(parents=True)
+    nbformat.write(learner, tmp_path / "class" / "ann" / "01_demo.ipynb")
+    status, lines = grade(capsys, tmp_path / "class", "--teacher", tmp_path / "teacher",
+                          "--timeout", LOOP_TIMEOUT_S, "--out", tmp_path / "out",
                           "--require-all")
-    assert lines == [
-        "01_demo  exercise 1  passed",
-        "01_demo  exercise 2  failed: AssertionError: g must return 1",
-        f"01_demo  exercise 3  failed: timed out: still running after {LOOP_TIMEOUT_S} s, "
-        "stopped",
-        "01_demo  exercise 4  failed: NameError: name 'undefined_name' is not defined "
-        "(in the solution cell)",
-        "01_demo  exercise 5  failed: AssertionError: assert k(x) == 3",
-        "01_demo  exercise 6  failed: SyntaxError: invalid syntax (line 1) "
-        "(in the solution cell)",
-        "01_demo  exercise 7  passed",
-        "01_demo  exercise 8  failed: LaunchTimeout: `python ddp_scripts/zz_grade_hang.py` "
-        "did not finish within 2 s and was killed (its whole process tree).",
-        "01_demo  STOPPED: cell 21 failed (ZeroDivisionError: division by zero); "
-        "it starts: ratio = 1 / 0",
-        "01_demo  exercise 9  not run (the lesson stopped before it)",
-        "01_demo  score 2/9  (T s)",
-        "total  2/9",
+    ex = "ann  01_demo  exercise"
+    assert lines[:12] == [
+        f"{ex} 1 (f) check  passed  1/1",
+        f"{ex} 2 (g) check  failed  0/1: AssertionError: g must return 1",
+        f"{ex} 3 (h) check  failed  0/1: timed out: still running after {LOOP_TIMEOUT_S} s, "
+        "stopped [raised in your code: solution cell, line 2, in h]",
+        f"{ex} 4 (answer) check  failed  0/1: not checked: the solution cell failed (NameError: "
+        "name 'undefined_name' is not defined)",
+        f"{ex} 5 (k) check  failed  0/1: AssertionError: assert 2 == 3",
+        f"{ex} 6 (broken) check  failed  0/1: not checked: the solution cell failed "
+        "(SyntaxError: invalid syntax (line 1))",
+        f"{ex} 7 (zz_grade_ok.py) check  passed  1/1",
+        f"{ex} 8 (zz_grade_hang.py) check  failed  0/1: LaunchTimeout: `python "
+        "ddp_scripts/zz_grade_hang.py` did not finish within 2 s and was killed (its whole "
+        "process tree).",
+        f"{ex} 9 (m) check  failed  0/1: ZeroDivisionError: division by zero [raised in "
+        "your code: solution cell, line 2, in m]",
+        f"{ex} 10 (p) check  failed  0/2: AssertionError: p must return [1, 2]",
+        f"{ex} 10 (p) hidden 1  failed  0/1: not run: the visible check failed",
+        "ann  01_demo  score 2/12  (T s)",
     ]
     assert status == 1  # --require-all: not everything passed
 
-    # The endless loop was stopped at the exercise timeout, not at papermill's backstop.
-    results = [eval(line.replace("true", "True"))  # one JSON object per line
-               for line in (tmp_path / "b" / "executed" / "01_demo.results.jsonl")
-               .read_text().splitlines()]
-    loop = next(r for r in results if r["exercise"] == 3)
-    assert LOOP_TIMEOUT_S - 0.5 <= loop["seconds"] < LOOP_TIMEOUT_S + 5, loop
-    # and the torchrun that an earlier cell had started was killed with it, workers and all
+    # The endless loop was stopped at the exercise timeout, and the torchrun that an
+    # earlier cell had started was killed with it, workers and all.
+    rows = list(csv.DictReader((tmp_path / "out" / "gradebook.csv").open()))
+    loop = next(r for r in rows if r["exercise"] == "3")
+    assert LOOP_TIMEOUT_S - 0.5 <= float(loop["seconds"]) < LOOP_TIMEOUT_S + 5, loop
     agent = int((pid_dir / "agent").read_text())
     workers = [int(p.name) for p in pid_dir.glob("[0-9]*")]
     assert len(workers) == 2
     assert [pid for pid in [agent, *workers] if alive(pid)] == []
+    # pytest's rewriting shows the values of a bare assert on the feedback page
+    page = (tmp_path / "out" / "feedback" / "ann.html").read_text()
+    assert "where" in page and "Feedback for ann" in page
 
 
 def test_timeouts_stop_only_their_lesson(tmp_path, capsys, monkeypatch):
-    """A lesson past --lesson-timeout stops at the cell then running; a cell that even the
-    kernel's timer cannot stop (SIGALRM blocked) stops at papermill's backstop, its kernel
+    """Every cell runs within --timeout; a lesson past --lesson-timeout stops at the cell
+    then running, and its exercises after it are not run; a cell that even the
+    kernel's timer cannot stop (SIGALRM ignored) stops at papermill's backstop, its kernel
     killed, and the process it left (in a session of its own) is killed by the grader."""
     monkeypatch.setattr("tools.course.CELL_TIMEOUT_S", 15)
     orphan = tmp_path / "orphan.pid"
-    nbformat.write(notebook(("def f():\n    return 1", ["solution"]),
-                            ("assert f() == 1", ["check"]),
-                            ("import time\ntime.sleep(600)", []),
-                            ("def g():\n    return 1", ["solution"]),
-                            ("assert g() == 1", ["check"])),
-                   tmp_path / "01_slow.ipynb")
-    nbformat.write(notebook(("import signal, subprocess, time\n"
-                             "child = subprocess.Popen(['sleep', '600'], "
-                             "start_new_session=True)\n"
-                             f"open({str(orphan)!r}, 'w').write(str(child.pid))\n"
-                             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
-                             "time.sleep(600)", []),
-                            ("x = 1", ["solution"]), ("assert x == 1", ["check"])),
-                   tmp_path / "02_stuck.ipynb")
-    nbformat.write(notebook(("x = 1", ["solution"]), ("assert x == 1", ["check"])),
-                   tmp_path / "03_next.ipynb")
-    start = time.monotonic()
-    status, lines = grade(capsys, tmp_path, "--timeout", 5, "--lesson-timeout", 10,
-                          "--build", tmp_path / "b")
-    assert time.monotonic() - start < 150
-    assert lines == [
-        "01_slow  exercise 1  passed",
-        "01_slow  STOPPED: cell 3 failed (LessonTimeout: the lesson ran past its 10 s "
-        "(--lesson-timeout), stopped); it starts: import time",
-        "01_slow  exercise 2  not run (the lesson stopped before it)",
-        "01_slow  score 1/2  (T s)",
-        "02_stuck  STOPPED: cell 1 failed (CellTimeoutError: A cell timed out while it was "
-        "being executed, after 15 seconds.); it starts: import signal, subprocess, time",
-        "02_stuck  exercise 1  not run (the lesson stopped before it)",
-        "02_stuck  score 0/1  (T s)",
-        "03_next  exercise 1  passed",  # the next lesson is graded as usual
-        "03_next  score 1/1  (T s)",
-        "total  2/4",
+    lessons = {
+        # three cells of 4 s, each within --timeout (5 s), together past --lesson-timeout
+        "01_slow": notebook(answer("f", "return 1"), ("assert f() == 1, 'f'", ["check"]),
+                            *[("import time\ntime.sleep(4)", ["grade-setup"])] * 3,
+                            answer("g", "return 1"), ("assert g() == 1, 'g'", ["check"])),
+        "02_stuck": notebook(("import signal, subprocess, time\n"
+                              "child = subprocess.Popen(['sleep', '600'], "
+                              "start_new_session=True)\n"
+                              f"open({str(orphan)!r}, 'w').write(str(child.pid))\n"
+                              "signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                              "time.sleep(600)", ["grade-setup"]),
+                             answer("x", "return 1"), ("assert x() == 1, 'x'", ["check"])),
+        "03_next": notebook(answer("y", "return 1"), ("assert y() == 1, 'y'", ["check"])),
+    }
+    for folder in ("teacher", "bo"):
+        (tmp_path / folder).mkdir()
+        for stem, nb in lessons.items():
+            nbformat.write(nb, tmp_path / folder / f"{stem}.ipynb")
+    status, lines = grade(capsys, tmp_path / "bo", "--teacher", tmp_path / "teacher",
+                          "--timeout", 5, "--lesson-timeout", 10, "--out", tmp_path / "out")
+    assert lines[:9] == [
+        "bo  01_slow  STOPPED: LessonTimeout: the lesson ran past its 10 s (--lesson-timeout)"
+        ", stopped (in lesson cell 5: import time)",
+        "bo  01_slow  exercise 1 (f) check  passed  1/1",
+        "bo  01_slow  exercise 2 (g) check  not run  0/1: the lesson stopped before it",
+        "bo  01_slow  score 1/2  (T s)",
+        "bo  02_stuck  STOPPED: CellTimeoutError: A cell timed out while it was being "
+        "executed, after 15 seconds. (in lesson cell 1: import signal, subprocess, time)",
+        "bo  02_stuck  exercise 1 (x) check  not run  0/1: the lesson stopped before it",
+        "bo  02_stuck  score 0/1  (T s)",
+        "bo  03_next  exercise 1 (y) check  passed  1/1",  # the next lesson as usual
+        "bo  03_next  score 1/1  (T s)",
     ]
     assert status == 0  # grading completed, whatever the score
     assert not alive(int(orphan.read_text()))
 
 
 def test_the_grader_says_when_it_cannot_run(tmp_path, capsys):
-    assert main([str(tmp_path)]) == 2  # a folder without lessons
-    assert "no lessons (NN_name.ipynb) in" in capsys.readouterr().err
+    assert main([str(tmp_path)]) == 2  # a folder without notebooks or student folders
+    assert "no notebooks and no student folders in it" in capsys.readouterr().err
     assert main([str(tmp_path / "01_missing.ipynb")]) == 2
     assert capsys.readouterr().err == f"grade: {tmp_path / '01_missing.ipynb'}: no such file " \
                                       "or folder\n"
     (tmp_path / "answers.py").write_text("x = 1\n")
     assert main([str(tmp_path / "answers.py")]) == 2
-    assert "answers.py: not a notebook (.ipynb) or a folder of lessons" \
-        in capsys.readouterr().err
-    (tmp_path / "01_broken.ipynb").write_text("{ not json")
-    assert main([str(tmp_path / "01_broken.ipynb"), "--build", str(tmp_path / "b")]) == 2
-    assert capsys.readouterr().err.startswith(
-        f"grade: could not grade {tmp_path / '01_broken.ipynb'}: ")
+    assert "answers.py: not a notebook (.ipynb) or a folder" in capsys.readouterr().err
+    assert main([str(tmp_path), "--lessons", "99_nothing"]) == 2
+    assert "no lesson with exercises named 99_nothing" in capsys.readouterr().err
+    assert main([str(tmp_path), "--shard", "3/2"]) == 2
 
 
 def test_first_lines_of_errors():
@@ -208,68 +249,176 @@ def test_first_lines_of_errors():
     assert describe(KeyError(), "<check>", "") == "KeyError"
 
 
-def test_exercises_are_found_by_their_tags(tmp_path):
-    teacher = nbformat.read(REPO / "notebooks" / "01_devices.ipynb", as_version=4)
-    student = student_version(teacher)
-    assert exercise_cells(student) == exercises(teacher)
-    # a cell the learner added between a solution and its check changes nothing
-    student.cells.insert(exercises(teacher)[0][0] + 1, nbformat.v4.new_code_cell("1 + 1"))
-    pairs = exercise_cells(student)
-    assert len(pairs) == len(exercises(teacher)) and pairs[0][1] == pairs[0][0] + 2
+def test_only_what_the_exercises_need_runs():
+    """The cells a graded lesson runs: what the answers and checks read, the cells that
+    change it without launching (`cluster.up()`), setup cells; not the lesson's
+    experiments, nor a loop variable's earlier namesake."""
+    assert names("import os\nos.environ['A'] = '1'\nfor n in range(3):\n    y = n") \
+        == ({"os", "n", "y"}, {"os"}, {"sys"})
+    assert names("def f(a):\n    return a + b + len([c for c in a])") \
+        == ({"f"}, set(), {"b"})
+    assert names("%%writefile x.py\nprint(1)") == (set(), set(), set())
+    sources = [
+        "import sys\nsys.path.insert(0, '..')",  # 0: setup
+        "from tools import cluster",  # 1
+        "seconds = cluster.up()",  # 2: assigns seconds, not cluster: not needed
+        "cluster.start()",  # 3: changes cluster, launches nothing: needed
+        "run = launch('x.py')\nname = 'experiment'",  # 4: an experiment: not needed
+        "cluster.launch_on(srun('y'))",  # 5: changes cluster by launching: not needed
+        "plot(run)",  # 6: needs the experiment: not needed
+        "for name in ('a', 'b'):\n    print(name)",  # 7: its own name: not cell 4's
+        "def answer():\n    return cluster.value",  # 8: an answer
+        "assert answer() == 1, 'answer'",  # 9: its check
+    ]
+    assert needed_cells(sources, {7, 8, 9}) == {0, 1, 3, 7, 8, 9}
 
 
-def test_the_handout_holds_no_solution_and_grades_its_own_notebooks(tmp_path):
+def test_answers_are_matched_by_cell_id_then_in_order():
+    teacher = notebook(answer("f", "return 1"), ("assert f() == 1, 'f'", ["check"]),
+                       answer("g", "return 2"), ("assert g() == 2, 'g'", ["check"]))
+    learner = student_version(teacher)
+    exercises = exercise_list(teacher)
+    assert {n: c.id for n, c in match_solutions(teacher, learner, exercises).items()} \
+        == {1: "c0", 2: "c2"}
+    learner.cells[0].id = "pasted"  # a cell copied and pasted gets a new id
+    assert match_solutions(teacher, learner, exercises)[1].id == "pasted"
+    del learner.cells[2:4]  # exercise 2 deleted
+    assert set(match_solutions(teacher, learner, exercises)) == {1}
+
+
+def test_a_near_miss_is_a_change_to_the_solution():
+    solution = "def f(n):\n    # STUB: pass\n    return n / world\n"
+    assert near_miss_source(solution, "Near miss: 2.\n- return n / world\n+ return n / 2") \
+        == "def f(n):\n    # STUB: pass\n    return n / 2\n"
+
+
+def test_the_handout_is_a_repository_for_students(tmp_path):
     handout = tmp_path / "student"
     write_student_course(handout)
-    for path in handout.rglob("*"):  # nor in a script that a solution cell writes
+    for path in handout.rglob("*"):  # no solution, in a notebook or a script it writes
         if path.suffix in (".py", ".ipynb") and path.parent.name != "tools":
             assert "### BEGIN SOLUTION" not in path.read_text(), path
-    assert "\ngrade:" in (handout / "Makefile").read_text()
-    assert "\nlab:" in (handout / "Makefile").read_text()
-    found = subprocess.run(
-        [sys.executable, "-c", "from tools.grade import default_notebooks as d; print(d())"],
-        cwd=handout, capture_output=True, text=True, check=True).stdout.strip()
-    assert found == str(handout / "notebooks")
+        if path.suffix == ".ipynb":
+            text = path.read_text()
+            assert not re.search(r"tests/\w", text), f"{path.name} names a file under tests/"
+            assert '"hidden"' not in text and '"near-miss"' not in text, path
+    readme = (handout / "README.md").read_text()
+    assert "For instructors" not in readme and "make submission" in readme
+    makefile = (handout / "Makefile").read_text()
+    for target in ("\nlab:", "\ntest:", "\nsubmission:"):
+        assert target in makefile
+    assert "requirements-test.txt" not in makefile
+    assert not (handout / "tests").exists()
+    # `make test` in the handout: the learner's notebooks against their visible checks
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade",
+                           "notebooks", "--lessons", "01_devices"], cwd=handout,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("self-check: your notebooks against their own visible checks")
+    assert lines[1].startswith("you  01_devices  exercise 1 (device_for_rank) check  failed")
+    assert re.fullmatch(r"you  01_devices  score 0/3  \(\d+\.\d s\)", lines[-1]), lines
 
 
-LESSON = "01_devices"  # among the quickest lessons
+# A class of four, on two real lessons -------------------------------------------------------
+
+LESSONS = ("01_devices", "05_ddp_training")
+
+
+def handout_notebook(stem):
+    return student_version(nbformat.read(REPO / "notebooks" / f"{stem}.ipynb", as_version=4))
+
+
+def teacher_notebook(stem):
+    return nbformat.read(REPO / "notebooks" / f"{stem}.ipynb", as_version=4)
+
+
+def write_class(klass):
+    """ada: the instructor's answers. ben: the handout untouched. cy: near misses (one
+    function wrong; lesson 05's script right at 2 ranks, wrong at 3), and his second
+    lesson handed in as `Copy of ...`. dee: tampered (exercise 1's check replaced by
+    `assert True` on the untouched stub, exercise 2 deleted, a scratch cell that raises
+    before a right answer) and one lesson missing."""
+    for student in ("ada", "ben", "cy", "dee"):
+        (klass / student).mkdir(parents=True)
+    for stem in LESSONS:
+        shutil.copy(REPO / "notebooks" / f"{stem}.ipynb", klass / "ada")
+        nbformat.write(handout_notebook(stem), klass / "ben" / f"{stem}.ipynb")
+
+    devices = teacher_notebook("01_devices")  # cy: exercise 2 answered as rank = GPU
+    ex = exercise_list(devices)
+    devices.cells[ex[1].solution].source = ("def physical_gpu(visible, local_rank):\n"
+                                            "    return local_rank")
+    nbformat.write(devices, klass / "cy" / "01_devices.ipynb")
+    training = teacher_notebook("05_ddp_training")
+    ex = exercise_list(training)[-1]
+    training.cells[ex.solution].source = near_miss_source(
+        training.cells[ex.solution].source, training.cells[ex.near_misses[0]].source)
+    nbformat.write(training, klass / "cy" / "Copy of 05_ddp_training.ipynb")
+
+    tampered = handout_notebook("01_devices")  # dee
+    teacher = teacher_notebook("01_devices")
+    ex = exercise_list(teacher)
+    cell = {c.id: c for c in tampered.cells}
+    cell[teacher.cells[ex[0].checks[0]].id].source = "assert True"
+    cell[teacher.cells[ex[2].solution].id].source = teacher.cells[ex[2].solution].source
+    gone = {teacher.cells[j].id for j in [ex[1].solution, *ex[1].checks]}
+    tampered.cells = [c for c in tampered.cells if c.id not in gone]
+    scratch = nbformat.v4.new_code_cell("import math\nmath.log(0)  # scratch")
+    scratch.id = "dee-scratch"
+    before = [c.id for c in tampered.cells].index(teacher.cells[ex[2].solution].id)
+    tampered.cells.insert(before, scratch)
+    nbformat.write(tampered, klass / "dee" / "01_devices.ipynb")
 
 
 @pytest.fixture(scope="module")
-def handout_graded(tmp_path_factory):
-    """`make student`, then `make grade`'s command run inside the handout on its lesson:
-    the handout's own layout (../ddp_scripts, ../tools) is what the lesson runs in."""
-    tmp = tmp_path_factory.mktemp("grade")
-    handout = tmp / "student"
-    write_student_course(handout)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-m", "tools.grade", f"notebooks/{LESSON}.ipynb",
-                           "--build", str(tmp / "b")], cwd=handout, env=env,
-                          capture_output=True, text=True, timeout=900)
-    return done
+def graded_class(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("class")
+    klass = tmp / "class"
+    write_class(klass)
+    out = tmp / "out"
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade",
+                           str(klass), "--lessons", ",".join(LESSONS), "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    rows = list(csv.DictReader((out / "gradebook.csv").open())) \
+        if (out / "gradebook.csv").exists() else []
+    return done, rows, out
 
 
-@pytest.fixture(scope="module")
-def count():
-    return len(exercises(nbformat.read(REPO / "notebooks" / f"{LESSON}.ipynb", as_version=4)))
+def by(rows, student, lesson):
+    return [(r["exercise"], r["part"], r["points"], r["max_points"], r["status"])
+            for r in rows if r["student"] == student and r["lesson"] == lesson]
 
 
-def test_a_real_lesson_stubs_fail_every_check(handout_graded, count):
-    assert handout_graded.returncode == 0, handout_graded.stderr
-    lines = handout_graded.stdout.splitlines()
-    assert lines[0].startswith("# ") and lines[0].endswith(f"notebooks/{LESSON}.ipynb")
-    exercise_lines = lines[1:1 + count]
-    for number, line in enumerate(exercise_lines, start=1):
-        assert line.startswith(f"{LESSON}  exercise {number}  failed: AssertionError: "), \
-            handout_graded.stdout
-    assert re.fullmatch(rf"{LESSON}  score 0/{count}  \(\d+\.\d s\)", lines[1 + count])
-    assert lines[2 + count:] == [f"total  0/{count}"]
-
-
-def test_a_real_lesson_solutions_pass_every_check(tmp_path, count):
-    from tools.grade import grade_notebook
-    graded = grade_notebook(REPO / "notebooks" / f"{LESSON}.ipynb",
-                            make_workspace(tmp_path / "course"), tmp_path / "executed",
-                            world_size=2, timeout=150)
-    assert not graded.stopped
-    assert [o.status for o in graded.outcomes] == ["passed"] * count
+def test_the_class_is_graded_against_the_instructors_copy(graded_class):
+    done, rows, out = graded_class
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    teacher = {stem: exercise_list(teacher_notebook(stem)) for stem in LESSONS}
+    parts = {stem: [(str(e.number), "check") for e in exs]
+             + [(str(e.number), f"hidden {h}") for e in exs for h in range(1, len(e.hidden) + 1)]
+             for stem, exs in teacher.items()}
+    for stem in LESSONS:  # ada: everything right, ben: nothing
+        assert {r[4] for r in by(rows, "ada", stem)} == {"passed"}, by(rows, "ada", stem)
+        assert {r[4] for r in by(rows, "ben", stem)} == {"failed"}, by(rows, "ben", stem)
+        assert sorted(r[:2] for r in by(rows, "ada", stem)) == sorted(parts[stem])
+    cy = {r[:2]: r[4] for r in by(rows, "cy", "01_devices")}
+    assert cy == {("1", "check"): "passed", ("2", "check"): "failed",
+                  ("3", "check"): "passed"}
+    script = str(teacher["05_ddp_training"][-1].number)
+    cy = {r[:2]: r[4] for r in by(rows, "cy", "05_ddp_training") if r[0] == script}
+    assert cy[(script, "check")] == "passed" and cy[(script, "hidden 1")] == "failed"
+    assert "Copy of 05_ddp_training.ipynb was graded as 05_ddp_training" in done.stdout
+    dee = {r[:2]: r[4] for r in by(rows, "dee", "01_devices")}
+    assert dee == {("1", "check"): "failed", ("2", "check"): "failed",
+                   ("3", "check"): "passed"}
+    assert {r[4] for r in by(rows, "dee", "05_ddp_training")} == {"missing"}
+    for note in ("exercise 1: its check cell was changed; the instructor's check ran",
+                 "exercise 2: its answer cell is missing (deleted?)",
+                 "exercise 2: its check cell was deleted; the instructor's check ran",
+                 "05_ddp_training.ipynb was not handed in"):
+        assert "dee  " in done.stdout and note in done.stdout, note
+    table = done.stdout[done.stdout.index("student  "):]
+    assert re.search(r"^ada\s+3/3\s+(\d+)/\1\s", table, re.M), table
+    assert re.search(r"^dee\s+1/3\s+-/\d+\s", table, re.M), table
+    for student in ("ada", "ben", "cy", "dee"):
+        assert (out / "feedback" / f"{student}.html").is_file()

@@ -167,3 +167,24 @@ def test_ruff_is_clean():
                            "tools", "tests"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", lessons(), ids=lambda p: p.stem)
+def test_every_check_says_what_it_expected(path):
+    """`make grade` shows, for an assert that failed, its message's first line, then the
+    values the assert compared (pytest's assertion rewriting): a message, where a check
+    has one, is a sentence, not a tuple of values. And the exercise format holds (hidden
+    checks and near misses right after their check)."""
+    import ast
+
+    from tools.exercises import exercise_list
+
+    nb = nbformat.read(path, as_version=4)
+    tuples = []
+    for ex in exercise_list(nb):  # raises on a malformed exercise
+        for index in ex.checks + ex.hidden:
+            tree = ast.parse(nb.cells[index].source)
+            tuples += [f"cell {index}, line {node.lineno}: {ast.unparse(node)[:70]}"
+                       for node in ast.walk(tree)
+                       if isinstance(node, ast.Assert) and isinstance(node.msg, ast.Tuple)]
+    assert not tuples, "asserts whose message is a tuple:\n" + "\n".join(tuples)

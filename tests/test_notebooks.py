@@ -1,5 +1,7 @@
 """Every lesson executes under papermill, and every exercise's check passes on its
-solution and fails on its stub (one execution of the proof version proves both); lessons
+solution and fails on its stub; its hidden checks pass on the solution, and each near miss
+passes the visible check and fails a hidden one (one execution of the proof version proves
+all of it); lessons
 02 to 12 each show a figure drawn from their own run, and none leaves a temporary folder."""
 import re
 import tempfile
@@ -9,7 +11,7 @@ import nbformat
 import pytest
 
 from tools.course import execute, lessons, why_not_here
-from tools.exercises import exercises, proof_version
+from tools.exercises import exercise_list, proof_version
 
 
 def temporary_folders() -> set[str]:
@@ -37,8 +39,13 @@ def test_lesson_executes_and_every_check_can_fail(path, workspace, tmp_path):
         output.get("text", "")
         for cell in executed.cells if "exercise-proof" in cell.metadata.get("tags", [])
         for output in cell.get("outputs", []))
-    for number in range(1, len(exercises(nb)) + 1):
-        assert f"exercise {number}: the stub fails its check" in proof_output
+    for ex in exercise_list(nb):
+        n = ex.number
+        assert f"exercise {n}: the stub fails its check" in proof_output
+        assert proof_output.count(f"exercise {n}: hidden check passes") == len(ex.hidden)
+        for k in range(1, len(ex.near_misses) + 1):
+            assert f"exercise {n}: near miss {k} passes the visible check" in proof_output
+            assert f"exercise {n}: near miss {k} fails a hidden check:" in proof_output
     if 2 <= int(path.name[:2]) <= 12:  # lessons 02-12 each draw a figure from their run
         figures = [output for cell in executed.cells for output in cell.get("outputs", [])
                    if "image/png" in output.get("data", {})]

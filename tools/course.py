@@ -162,6 +162,9 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     import papermill
     from traitlets.config import Config
 
+    from tools.exercises import without_grading_cells
+
+    nb = without_grading_cells(nb)  # hidden checks and near misses run only when grading
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     source = out_path.with_suffix(".input.ipynb")

@@ -8,8 +8,12 @@ machine). tools/grade.py is the part that runs outside.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
+import pickle
+import re
+import shutil
 import signal
 import subprocess
 import time
@@ -29,18 +33,29 @@ class LessonTimeout(BaseException):
 
 
 class KernelGrader:
-    """Runs inside the kernel. The graded notebook calls `run(number, stage, source)` in
-    place of each solution cell and each check cell; the outcome goes to a JSON-lines
-    file and nothing raises (but a LessonTimeout), so that the notebook goes on to the next
-    exercise. Every cell runs under the lesson's deadline (a SIGALRM timer armed before
-    each cell), each exercise stage under the shorter of its own timeout and that deadline;
-    a cell stopped by either has the processes it started killed."""
+    """Runs inside the kernel. The graded notebook calls, in place of its cells:
+    `solution(number, source)` for the learner's answer, `part(number, part, source, ...)`
+    for each visible or hidden check (the instructor's), `cell(index, source)` for any
+    other cell, `missing(number, message)` for an answer the learner's notebook lacks.
+    Each outcome goes to a JSON-lines file and nothing raises (but a LessonTimeout), so
+    that the notebook goes on to the next exercise. Every cell runs under the lesson's
+    deadline (a SIGALRM timer armed before each cell), each exercise stage under the
+    shorter of its own timeout and that deadline; a cell stopped by either has the
+    processes it started killed. Before each check, the course's own files that a
+    learner's code changed are put back (`protected`: {path: sha256}, copies in `pristine`)."""
 
-    def __init__(self, results: str, timeout: float, lesson_timeout: float):
+    def __init__(self, results: str, timeout: float, lesson_timeout: float,
+                 course: str = "", pristine: str = "", protected: dict | None = None,
+                 own_files: tuple = (), cache: str = ""):
         self.results, self.timeout = Path(results), timeout
         self.lesson_timeout = lesson_timeout
         self.deadline = time.monotonic() + lesson_timeout
-        self.failed: set[int] = set()
+        self.failed: dict[int, str] = {}  # exercise: why its solution cell failed
+        self.visible_failed: set[int] = set()  # exercises whose visible check failed
+        self.course, self.pristine = Path(course), Path(pristine)
+        self.protected = protected or {}
+        self.own_files = tuple(own_files)  # the learner's scripts, for "in your code"
+        self.cache = Path(cache) if cache else None  # lesson runs no answer changes
         self._expiring: BaseException | None = None
         # The cell being run, for when the kernel dies or papermill's backstop timeout stops
         # the notebook: papermill then writes no executed copy to read it from.
@@ -80,42 +95,218 @@ class KernelGrader:
         if isinstance(result.error_in_exec, (ExerciseTimeout, LessonTimeout)):
             stop_child_processes()  # a launch cut short leaves its processes running
 
-    # the exercises
-    def run(self, number: int, stage: str, source: str) -> None:
-        if number in self.failed:  # its solution cell failed: the check has nothing to test
-            print(f"exercise {number}: not checked, its solution cell failed")
-            return
+    def _exec(self, source: str, filename: str, rewrite: bool = False) -> None:
+        """Run `source` in the notebook's namespace under the exercise timeout; a check's
+        asserts rewritten as pytest does, so that a failure shows the values compared."""
         shell = get_ipython()  # noqa: F821 (the kernel's own)
-        filename = f"<exercise {number} {stage}>"
-        python, start = source, time.monotonic()
+        python = shell.transform_cell(source)  # %%writefile and other magics into calls
+        code = compile_check(python, filename) if rewrite else compile(python, filename,
+                                                                       "exec")
+        self._arm(self.timeout)
         try:
-            python = shell.transform_cell(source)  # %%writefile and other magics into calls
-            code = compile(python, filename, "exec")
-            self._arm(self.timeout)
-            try:
-                exec(code, shell.user_ns)
-            finally:
-                self._disarm()
+            exec(code, shell.user_ns)
+        finally:
+            self._disarm()
+            for name in [n for n in shell.user_ns if n.startswith("@py")]:
+                del shell.user_ns[name]
+
+    # the exercises
+    def _doing(self, label: str, source: str) -> None:
+        """Say what runs, for when the lesson stops here (a timeout, a dead kernel)."""
+        first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+        self.running.write_text(f"{label}: {first[:70]}")
+
+    def solution(self, number: int, source: str) -> None:
+        self._doing(f"exercise {number}, the answer", source)
+        start = time.monotonic()
+        try:
+            self._exec(source, f"<exercise {number} solution>")
         except BaseException as error:  # noqa: BLE001 (whatever it is, it is the learner's)
-            seconds = time.monotonic() - start
+            self._failed(number, "solution", None, error, f"<exercise {number} solution>",
+                         source, start)
+            self.failed[number] = describe(error, f"<exercise {number} solution>", source)
+
+    def missing(self, number: int, message: str) -> None:
+        self.failed[number] = message
+        self._record(number, "solution", None, "failed", message, "", 0.0)
+        print(f"exercise {number}: {message}")
+
+    def part(self, number: int, part: int, source: str, visible: str = "") -> None:
+        """A visible check (`visible` empty) or a hidden one (`visible`: the visible
+        check's source, for its `visible_check(**names)`)."""
+        if number in self.failed:  # the solution cell failed: nothing to check
+            message = f"not checked: the solution cell failed ({self.failed[number]})"
+            self._record(number, "check", part, "failed", message, "", 0.0)
+            print(f"exercise {number}, part {part}: {message}")
+            return
+        if part and number in self.visible_failed:  # a hidden check adds to a passing answer
+            message = "not run: the visible check failed"
+            self._record(number, "check", part, "failed", message, "", 0.0)
+            print(f"exercise {number}, part {part}: {message}")
+            return
+        restored = self.restore()
+        if restored:
+            print(f"exercise {number}: put back the course's own " + ", ".join(restored))
+        namespace = get_ipython().user_ns  # noqa: F821 (the kernel's own)
+        if visible:
+            def visible_check(**names):
+                check_again(visible, namespace, f"<exercise {number} check>", **names)
+            namespace["visible_check"] = visible_check
+        filename = f"<exercise {number} check {part}>"
+        self._doing(f"exercise {number}, " + (f"hidden check {part}" if part else "check"),
+                    source)
+        start = time.monotonic()
+        try:
+            self._exec(source, filename, rewrite=True)
+        except BaseException as error:  # noqa: BLE001
+            if not part:
+                self.visible_failed.add(number)
+            self._failed(number, "check", part, error, filename, source, start)
+            return
+        self._record(number, "check", part, "passed", "", "", time.monotonic() - start)
+        print(f"exercise {number}, part {part}: passed")
+
+    def cell(self, label: str, source: str, key: str = "", names: tuple = ()) -> None:
+        """A cell that is no exercise ("lesson cell 12", or "your cell 21", one the learner
+        added): its failure is noted, and the lesson goes on. A lesson's experiment that no
+        answer changes (`key`) runs for the first student only: the values it assigns
+        (`names`) are kept, when they are plain data, and given to the next students."""
+        namespace = get_ipython().user_ns  # noqa: F821 (the kernel's own)
+        kept = self.cache / f"{key}.pickle" if key and self.cache else None
+        if kept is not None and kept.exists():
+            namespace.update(pickle.loads(kept.read_bytes()))
+            print(f"{label}: the values it assigns, from an earlier student's run")
+            return
+        self._doing(label, source)
+        start = time.monotonic()
+        try:
+            self._exec(source, f"<{label}>")
+            if kept is not None:
+                values = {name: namespace[name] for name in names if name in namespace}
+                if all(plain(v) for v in values.values()):
+                    temporary = kept.with_suffix(f".{os.getpid()}.tmp")
+                    temporary.write_bytes(pickle.dumps(values))
+                    os.replace(temporary, kept)
+        except BaseException as error:  # noqa: BLE001
             if isinstance(error, (ExerciseTimeout, LessonTimeout)):
                 stop_child_processes()
-            message = describe(error, filename, python)
-            self.failed.add(number)
-            self._record(number, stage, "failed", message, seconds)
-            print(f"exercise {number}: {stage} cell failed: {message}")
-            if isinstance(error, LessonTimeout):
-                raise  # the lesson stops here
-            return
-        if stage == "check":
-            self._record(number, stage, "passed", "", time.monotonic() - start)
-            print(f"exercise {number}: passed")
+            if isinstance(error, (LessonTimeout, KeyboardInterrupt)):
+                raise  # the lesson stops here (its time, or papermill's backstop), and says so
+            message = describe(error, f"<{label}>", source)
+            entry = {"cell": label, "status": "failed", "message": message,
+                     "seconds": round(time.monotonic() - start, 3)}
+            with self.results.open("a") as out:
+                out.write(json.dumps(entry) + "\n")
+            print(f"{label} failed: {message}")
 
-    def _record(self, number, stage, status, message, seconds) -> None:
-        entry = {"exercise": number, "stage": stage, "status": status, "message": message,
-                 "seconds": round(seconds, 3)}
+    def _failed(self, number, stage, part, error, filename, source, start) -> None:
+        seconds = time.monotonic() - start
+        if isinstance(error, (ExerciseTimeout, LessonTimeout)):
+            stop_child_processes()
+        message = describe(error, filename, source)
+        where = blame(error, number, self.own_files)
+        if where:
+            message = f"{message} [raised in your code: {where}]"
+        self._record(number, stage, part, "failed", message, details(error), seconds)
+        print(f"exercise {number}: {stage} failed: {message}")
+        if isinstance(error, (LessonTimeout, KeyboardInterrupt)):
+            raise error
+
+    def restore(self) -> list[str]:
+        """Put back every protected file of the course that differs from the instructor's."""
+        restored = []
+        for relative, digest in self.protected.items():
+            target = self.course / relative
+            try:
+                same = hashlib.sha256(target.read_bytes()).hexdigest() == digest
+            except OSError:
+                same = False
+            if not same:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(self.pristine / relative, target)
+                restored.append(relative)
+        return restored
+
+    def _record(self, number, stage, part, status, message, detail, seconds) -> None:
+        entry = {"exercise": number, "stage": stage, "part": part, "status": status,
+                 "message": message, "detail": detail, "seconds": round(seconds, 3)}
         with self.results.open("a") as out:
             out.write(json.dumps(entry) + "\n")
+
+
+def plain(value, depth: int = 0) -> bool:
+    """Whether a value is data that a pickle keeps whole: numbers, strings, containers of
+    them, and the course's own records (a LaunchResult); not a path (the file behind it
+    may be gone for the next student), a figure, a module or a function."""
+    if depth > 20:
+        return False
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return True
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return all(plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
+    if type(value).__module__.startswith("tools.") and hasattr(value, "__dict__"):
+        return all(plain(v, depth + 1) for v in vars(value).values())
+    return False
+
+
+def compile_check(source: str, filename: str):
+    """Compile a check with its asserts rewritten by pytest (installed with the course), so
+    that a failed `assert f(x) == y` says what f(x) was; plain compile if that fails."""
+    try:
+        from _pytest.assertion.rewrite import rewrite_asserts
+
+        tree = ast.parse(source, filename)
+        rewrite_asserts(tree, source.encode(), None, None)
+        return compile(tree, filename, "exec")
+    except SyntaxError:
+        raise
+    except Exception:  # noqa: BLE001 (pytest missing or changed: plain asserts still work)
+        return compile(source, filename, "exec")
+
+
+def details(error: BaseException, lines: int = 12) -> str:
+    """An error's message beyond its first line (pytest's explanation of an assert, a
+    launch's output tail), for the feedback page."""
+    text = str(error).strip()
+    if isinstance(error, AssertionError):
+        text = re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)
+    kept = text.splitlines()[1:]
+    return "\n".join(kept[-lines:]) if len(kept) > lines else "\n".join(kept)
+
+
+def blame(error: BaseException, number: int, own_files: tuple) -> str:
+    """Where the learner's own code raised: a line of their solution cell in the traceback,
+    or, for a launched script, the last line of theirs that a rank's traceback names."""
+    frames = traceback.extract_tb(error.__traceback__)
+    mine = [f for f in frames if f.filename == f"<exercise {number} solution>"]
+    if mine:  # a timeout there too: the learner's loop
+        return f"solution cell, line {mine[-1].lineno}, in {mine[-1].name}"
+    text = str(error)
+    for name in own_files:
+        found = re.findall(rf'File "[^"]*{re.escape(name)}", line (\d+), in (\w+)', text)
+        if found:
+            line, function = found[-1]
+            return f"{name}, line {line}, in {function}"
+    return ""
+
+
+def check_again(source: str, namespace: dict, filename: str, **names) -> None:
+    """Run a visible check's `source` again in `namespace` with `names` set (for example
+    `world_size=3`), then put the namespace's own values back: a hidden check's
+    `visible_check(world_size=3)`."""
+    missing = object()
+    saved = {name: namespace.get(name, missing) for name in names}
+    namespace.update(names)
+    try:
+        exec(compile(source, filename, "exec"), namespace)
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
 
 
 def describe(error: BaseException, filename: str, source: str) -> str:
@@ -128,12 +319,34 @@ def describe(error: BaseException, filename: str, source: str) -> str:
         return f"timed out: {error}"
     else:
         text = str(error).strip().split("\n")[0].strip()
+        text = re.sub(r"<function (\w+) at 0x[0-9a-f]+>", r"\1", text)
+        raised = rank_error(error)
+        if raised:  # a launch failed: say why, not only which command (it is in the details)
+            text = f"{re.sub(r'`[^`]*`', 'the launch', text)} A rank raised {raised}"
     if isinstance(error, AssertionError) and not text:
         frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
         if frames:
             text = _statement_at(source, frames[-1].lineno)
     line = f"{name}: {text}" if text else name
     return line if len(line) <= MESSAGE_CHARS else line[:MESSAGE_CHARS - 3] + "..."
+
+
+RAISED = re.compile(r"^(?:\[\w+\]:)?\s*((?:[\w.]+\.)?\w*(?:Error|Exception)\b(?::.*)?)$", re.M)
+
+
+def rank_error(error: BaseException) -> str:
+    """The last exception a rank printed, when `error` is a failed launch (it carries
+    the run: tools.launch.LaunchError), else ""."""
+    result = getattr(error, "result", None)
+    if result is None:
+        return ""
+    texts = [*getattr(result, "stderr_by_rank", {}).values(), getattr(result, "output", "")]
+    for text in texts:
+        found = [m.group(1).strip() for m in RAISED.finditer(text or "")
+                 if "ChildFailedError" not in m.group(1)]
+        if found:
+            return found[-1]
+    return ""
 
 
 def _statement_at(source: str, lineno: int) -> str:

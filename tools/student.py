@@ -2,10 +2,12 @@
 
     python -m tools.student [--dest build/student]
 
-The result is a self-contained copy of the course without its tests and without the
-solutions: hand it out as it is, or zip it. A script that a solution cell writes with
-`%%writefile` is rewritten from the student's cells too (the stub, not the answer). In the
-handout, `make lab` opens the lessons in JupyterLab and `make grade` grades them.
+The result is a repository for students: the course without its tests, without the
+solutions and without the hidden checks; hand it out as it is, or zip it. A script that a
+solution cell writes with `%%writefile` is rewritten from the student's cells too (the
+stub, not the answer). Its README and Makefile are the students' own (tools/handout/):
+`make lab` opens the lessons, `make test` checks the answers against the visible checks,
+`make submission` zips the notebooks to hand in.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import nbformat
 from tools.course import COURSE_PARTS, REPO, lessons
 from tools.exercises import exercises, student_version, tags, written_scripts
 
-HANDOUT_FILES = ("README.md", "requirements.txt", "Makefile")
+HANDOUT = REPO / "tools" / "handout"  # the students' README.md and Makefile
 
 
 def write_stubbed_scripts(nb, notebook_dir: Path, root: Path) -> list[Path]:
@@ -42,9 +44,11 @@ def write_student_course(dest: Path) -> list[Path]:
         shutil.rmtree(dest)
     for part in COURSE_PARTS:
         shutil.copytree(REPO / part, dest / part,
-                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints"))
-    for name in HANDOUT_FILES:
-        shutil.copy2(REPO / name, dest / name)
+                        ignore=shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints",
+                                                      "handout"))
+    shutil.copy2(REPO / "requirements.txt", dest / "requirements.txt")
+    for name in ("README.md", "Makefile"):
+        shutil.copy2(HANDOUT / name, dest / name)
     written = []
     for path in lessons():
         nb = nbformat.read(path, as_version=4)
