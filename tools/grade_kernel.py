@@ -52,6 +52,7 @@ class KernelGrader:
         self.deadline = time.monotonic() + lesson_timeout
         self.failed: dict[int, str] = {}  # exercise: why its solution cell failed
         self.visible_failed: set[int] = set()  # exercises whose visible check failed
+        self.absent: set[int] = set()  # exercises whose answer cell is not in the notebook
         self.course, self.pristine = Path(course), Path(pristine)
         self.protected = protected or {}
         self.own_files = tuple(own_files)  # the learner's scripts, for "in your code"
@@ -128,6 +129,7 @@ class KernelGrader:
 
     def missing(self, number: int, message: str) -> None:
         self.failed[number] = message
+        self.absent.add(number)
         self._record(number, "solution", None, "failed", message, "", 0.0)
         print(f"exercise {number}: {message}")
 
@@ -135,7 +137,8 @@ class KernelGrader:
         """A visible check (`visible` empty) or a hidden one (`visible`: the visible
         check's source, for its `visible_check(**names)`)."""
         if number in self.failed:  # the solution cell failed: nothing to check
-            message = f"not checked: the solution cell failed ({self.failed[number]})"
+            message = self.failed[number] if number in self.absent else (
+                f"not checked: the solution cell failed ({self.failed[number]})")
             self._record(number, "check", part, "failed", message, "", 0.0)
             print(f"exercise {number}, part {part}: {message}")
             return
@@ -204,7 +207,7 @@ class KernelGrader:
         if isinstance(error, (ExerciseTimeout, LessonTimeout)):
             stop_child_processes()
         message = describe(error, filename, source)
-        where = blame(error, number, self.own_files)
+        where = blame(error, number, self.own_files, source if stage == "check" else "")
         if where:
             message = f"{message} [raised in your code: {where}]"
         self._record(number, stage, part, "failed", message, details(error), seconds)
@@ -276,13 +279,19 @@ def details(error: BaseException, lines: int = 12) -> str:
     return "\n".join(kept[-lines:]) if len(kept) > lines else "\n".join(kept)
 
 
-def blame(error: BaseException, number: int, own_files: tuple) -> str:
+def blame(error: BaseException, number: int, own_files: tuple, check_source: str = "") -> str:
     """Where the learner's own code raised: a line of their solution cell in the traceback,
     or, for a launched script, the last line of theirs that a rank's traceback names."""
     frames = traceback.extract_tb(error.__traceback__)
     mine = [f for f in frames if f.filename == f"<exercise {number} solution>"]
     if mine:  # a timeout there too: the learner's loop
-        return f"solution cell, line {mine[-1].lineno}, in {mine[-1].name}"
+        where = f"solution cell, line {mine[-1].lineno}, in {mine[-1].name}"
+        calls = [f for f in frames if f.filename.startswith(f"<exercise {number} check")]
+        if calls and check_source:  # the check's line that called it
+            statement = _statement_at(check_source, calls[-1].lineno)
+            if statement:
+                where += f", called by the check's `{statement[:90]}`"
+        return where
     text = str(error)
     for name in own_files:
         found = re.findall(rf'File "[^"]*{re.escape(name)}", line (\d+), in (\w+)', text)

@@ -75,7 +75,7 @@ def write_csv(path: Path, rows: dict) -> None:
                 for p in g.parts:
                     writer.writerow([student, g.name, p.exercise, p.name, p.part,
                                      _points(p.scored), _points(p.points), p.status,
-                                     p.message, f"{p.seconds:.1f}"])
+                                     p.message, f"{p.seconds:.2f}"])
 
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;
