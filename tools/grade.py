@@ -155,7 +155,7 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
     answers = match_solutions(teacher, student, exercises)
     teacher_ids = {cell.get("id") for cell in teacher.cells}
     student_by_id = {cell.get("id"): cell for cell in student.cells}
-    notes, parts = [], []
+    notes = []
 
     # the instructor's cells in order, with the student's added cells after the cell
     # (of the instructor's) that they follow in the student's notebook
@@ -235,11 +235,8 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
             ex = owner
             _note_tampering(teacher, student_by_id, ex, notes)
             visible = "\n".join(teacher.cells[j].source for j in ex.checks)
-            parts.append(Part(ex.number, ex.name, "check",
-                              sum(points(teacher.cells[j]) for j in ex.checks)))
             cells.append(_code(f"__grader__.part({ex.number}, 0, {visible!r})", index))
             for h, j in enumerate(ex.hidden, start=1):
-                parts.append(Part(ex.number, ex.name, f"hidden {h}", points(teacher.cells[j])))
                 cells.append(_code(f"__grader__.part({ex.number}, {h}, "
                                    f"{teacher.cells[j].source!r}, {visible!r})", j))
         else:
@@ -256,7 +253,8 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                  if ex.number in answers and BEGIN in teacher.cells[ex.solution].source
                  and normalized(answers[ex.number].source)
                  == normalized(stub_source(teacher.cells[ex.solution].source))}
-    return Plan(nb, parts, notes, tuple(sorted(Path(t).name for t in targets)), untouched)
+    return Plan(nb, _parts_of(teacher), notes, tuple(sorted(Path(t).name for t in targets)),
+                untouched)
 
 
 def _code(source: str, index):
@@ -339,6 +337,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
 
 
 def _parts_of(teacher) -> list[Part]:
+    """Every part of every exercise: its visible check, then each hidden check."""
     parts = []
     for ex in exercise_list(teacher, strict=False):
         parts.append(Part(ex.number, ex.name, "check",
@@ -346,6 +345,15 @@ def _parts_of(teacher) -> list[Part]:
         parts += [Part(ex.number, ex.name, f"hidden {h}", points(teacher.cells[j]))
                   for h, j in enumerate(ex.hidden, start=1)]
     return parts
+
+
+def _unrun(teacher: Path, status: str, message: str, note: str) -> LessonGrade:
+    """A lesson graded without running: every part `status`, with `message`."""
+    grade = LessonGrade(teacher.stem, _parts_of(nbformat.read(teacher, as_version=4)),
+                        status=status, notes=[note])
+    for part in grade.parts:
+        part.status, part.message = status, message
+    return grade
 
 
 def _fill(grade: LessonGrade, results: Path, stopped: str) -> None:
@@ -476,18 +484,12 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
             stem = teacher.stem
             reason = why_not_here(teacher)
             if stem not in notebooks:
-                grade = LessonGrade(stem, _parts_of(nbformat.read(teacher, as_version=4)),
-                                    status="missing",
-                                    notes=[f"{stem}.ipynb was not handed in"])
-                for p in grade.parts:
-                    p.status, p.message = "missing", f"{stem}.ipynb was not handed in"
+                grade = _unrun(teacher, "missing", f"{stem}.ipynb was not handed in",
+                               f"{stem}.ipynb was not handed in")
             elif reason:
-                grade = LessonGrade(stem, _parts_of(nbformat.read(teacher, as_version=4)),
-                                    status="not graded",
-                                    notes=[f"not graded on this machine: {reason}; grade "
-                                           f"it where it runs (Linux, as root)"])
-                for p in grade.parts:
-                    p.status, p.message = "not graded", "needs Linux and root here"
+                grade = _unrun(teacher, "not graded", "needs Linux and root here",
+                               f"not graded on this machine: {reason}; grade it where it "
+                               f"runs (Linux, as root)")
             else:
                 cache = out / "work" / f"cache-{args.world_size}"
                 cache.mkdir(parents=True, exist_ok=True)
