@@ -93,9 +93,10 @@ class World(NamedTuple):
     device: torch.device
 
 
-def setup(device="auto", backend="auto", timeout_s=None, ddp=False):
+def setup(device="auto", backend="auto", timeout_s=None, ddp=False, restarts=False):
     """Check torchrun started us, pick the device, join the default process group.
-    ddp=True: for a script that builds a DDP model (lesson 05, "A clean exit")."""
+    ddp=True: for a script that builds a DDP model (lesson 05, "A clean exit").
+    restarts=True: for a job torchrun may restart (lesson 08's store trap)."""
     require_torchrun()
     if ddp:  # DDP's constructor imports this; imported after the group, it keeps it alive
         import torch._dynamo  # noqa: F401
@@ -103,8 +104,15 @@ def setup(device="auto", backend="auto", timeout_s=None, ddp=False):
     if backend == "auto":
         backend = dist.get_default_backend_for_device(picked)  # cuda: nccl, cpu: gloo
     timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    joining = {}
+    if restarts and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        agent = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              is_master=False, timeout=datetime.timedelta(seconds=60))
+        attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]  # keys of this attempt only
+        joining = {"store": dist.PrefixStore(f"restart-{attempt}", agent),
+                   "rank": int(os.environ["RANK"]), "world_size": int(os.environ["WORLD_SIZE"])}
     dist.init_process_group(backend, timeout=timeout,
-                            device_id=picked if picked.type == "cuda" else None)
+                            device_id=picked if picked.type == "cuda" else None, **joining)
     return World(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]),
                  int(os.environ["WORLD_SIZE"]), picked)
 

@@ -1,8 +1,11 @@
 """What a lesson must look like: stored clean, parameterised, its scripts committed
 exactly as the notebook writes them, its images and links resolving, lint-free."""
+import functools
+import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -138,24 +141,38 @@ def test_links_and_images_resolve_and_images_have_alt_text(path):
                     assert text == ALT_TEXT[name], f"alt text of {name} differs from diagrams.py"
 
 
+# Scripts that are one plain process on purpose (the baselines before DDP: lessons 00, 13).
+ONE_PROCESS_SCRIPTS = {"00_train_plain.py", "13_gpt_plain.py"}
+RUNS = [(s, ("--help",)) for s in SCRIPTS] + \
+    [(s, ()) for s in SCRIPTS if s.name not in ONE_PROCESS_SCRIPTS]
+
+
+@functools.cache
+def plain_runs() -> dict:
+    """Every script started by plain python, without torchrun's variables: with --help, and
+    with no arguments. Each run is mostly torch's import (about 2 s), and the runs are
+    independent, so they run as many at a time as there are cores."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+
+    def run(job):
+        script, args = job
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                              text=True, timeout=120, env=env)
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(RUNS, pool.map(run, RUNS)))
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_script_answers_help_without_torchrun(script):
-    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                          text=True, timeout=120)
+    done = plain_runs()[(script, ("--help",))]
     assert done.returncode == 0 and "usage:" in done.stdout and "--out" in done.stdout
-
-
-# Scripts that are one plain process on purpose (lesson 00's baseline, before DDP).
-ONE_PROCESS_SCRIPTS = {"00_train_plain.py"}
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s.name not in ONE_PROCESS_SCRIPTS],
                          ids=lambda p: p.stem)
 def test_script_without_torchrun_says_how_to_launch_it(script):
-    env = {k: v for k, v in __import__("os").environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, env=env)
+    done = plain_runs()[(script, ())]
     assert done.returncode != 0
     # torchrun, or for the script of a job that Slurm starts (lesson 04's exercise) srun
     assert re.search(r"start it with (torchrun|srun)", done.stderr), done.stderr

@@ -39,6 +39,7 @@ CORE = [
     ("05_ddp_training", "the sampler, metrics over all ranks, logging from rank 0"),
     ("07_checkpointing", "save and resume a DDP run exactly"),
     ("09_real_training", "unused parameters, gradient accumulation, mixed precision"),
+    ("13_capstone_gpt", "a small GPT on real text, every piece in one loop"),
 ]
 # The other lessons, by the question that sends a learner to them.
 TOPICS = [
@@ -145,9 +146,8 @@ def markdown(link_prefix: str = "") -> str:
         for i, r in enumerate(r for r in found if r["group"] == group):
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
-    lines += ["", "Reading: the main text and its code at 200 words a minute (a line of code "
-              "shown twice is read once), without the folded deep dives and the exercises. "
-              "Run: seconds to execute the lesson on 2 CPU cores, from the last `make bench`."]
+    lines += ["", "Reading: the main text and its code at 200 words a minute, without the "
+              "deep dives and the exercises. Run: seconds on 2 CPU cores (`make bench`)."]
     return "\n".join(lines)
 
 

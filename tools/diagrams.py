@@ -300,6 +300,57 @@ ALT_TEXT["gpipe_schedule.png"] = (
 )
 
 
+def global_batch(ranks: int = 2, accumulate: int = 2, micro: int = 6):
+    """The capstone's step (lesson 13): the global batch dealt out to the ranks, each rank's
+    share cut into micro-batches; backward under no_sync for all but the last, whose
+    backward exchanges the gradients; then the same clipped step everywhere."""
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 1.35 * ranks))
+    total = ranks * accumulate * micro
+    lane_h, x0, w, gap = 1.05, 2.5, 1.65, 1.5
+    span = (ranks - 1) * (lane_h + 0.35) + lane_h
+    _box(ax, 0, span / 2 - 0.65, 1.9, 1.3, "#fff2cc",
+         f"global batch\n{total} windows\n= {micro} x {accumulate} x {ranks}", size=9.5,
+         weight="bold")
+    after = x0 + 0.1 + accumulate * (w + 0.15)  # where the last micro-batch ends
+    right = after + gap
+    for rank in range(ranks):
+        y = (ranks - 1 - rank) * (lane_h + 0.35)
+        ax.annotate("", xy=(x0 - 0.05, y + lane_h / 2), xytext=(1.9, span / 2),
+                    arrowprops=dict(arrowstyle="->", color="#555555", lw=1.1))
+        _box(ax, x0 - 0.05, y, right + 1.9 - x0, lane_h, "#eef3fb")
+        ax.text(x0 + 0.05, y + lane_h - 0.15, f"rank {rank}", fontsize=9.5, weight="bold",
+                va="center")
+        for k in range(accumulate):
+            last = k == accumulate - 1
+            _box(ax, x0 + 0.1 + k * (w + 0.15), y + 0.1, w, 0.62,
+                 "#d9ead3" if not last else "#c9daf8",
+                 f"micro-batch {k + 1}: {micro}\n" + ("backward under no_sync" if not last
+                                                      else "backward, all-reduce"),
+                 size=8)
+        _box(ax, right, y + 0.1, 1.75, 0.62, "#ffffff", "clip, then\noptimizer step", size=8.5)
+    xa = after + 0.35
+    ax.annotate("", xy=(xa, 0.3), xytext=(xa, span - 0.3),
+                arrowprops=dict(arrowstyle="<->", color="#cc0000", lw=1.6))
+    ax.text(xa + 0.1, span / 2, "gradients\nexchanged,\nonce a step", color="#cc0000",
+            fontsize=8.5, va="center")
+    ax.text(0, -0.45, "Every rank divides its summed loss by the tokens of the whole global "
+            "batch (an all-reduce of the counts): the step is one process's step.",
+            fontsize=9.5)
+    ax.set_xlim(-0.1, right + 1.95)
+    ax.set_ylim(-0.7, span + 0.1)
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+DIAGRAMS["global_batch.png"] = global_batch
+ALT_TEXT["global_batch.png"] = (
+    "A step on 2 ranks: 24 windows = 6 per micro-batch x 2 micro-batches x 2 ranks. Each "
+    "rank's first backward runs under no_sync, its second exchanges the gradients; then each "
+    "clips and takes the same optimizer step."
+)
+
+
 def main(dest: Path = IMAGES) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
     written = []

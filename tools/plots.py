@@ -536,3 +536,48 @@ def cut_files(cuts: list):
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def gpt_curves(curves: dict, speeds: dict | None = None, baseline: str | None = None):
+    """The capstone's runs (lesson 13): training loss per step, one line per run
+    ({label: losses}); and, when given, tokens trained per second ({label: tokens/s}),
+    each bar labelled with its speed-up over `baseline`."""
+    if speeds:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.6),
+                                          gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, left = plt.subplots(figsize=(8, 3.6))
+    for (label, losses), style in zip(curves.items(), ["-", "--", ":", "-."]):
+        left.plot(range(1, len(losses) + 1), losses, style, label=label, lw=1.3)
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("training loss (nats per character)")
+    left.set_ylim(top=min(5.0, left.get_ylim()[1]))
+    left.grid(True, alpha=0.3)
+    left.legend()
+    if speeds:
+        labels, values = list(speeds), list(speeds.values())
+        bars = right.barh(labels, values, color=["#999999", "#1a73e8", "#e69138"][:len(values)])
+        for bar, value in zip(bars, values):
+            note = f" ({value / speeds[baseline]:.2f}x)" if baseline else ""
+            right.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                       f"  {value:,.0f}/s{note}", va="center", fontsize=9)
+        right.invert_yaxis()
+        right.set_xlabel("tokens trained per second")
+        right.set_xlim(0, max(values) * 1.5)
+        right.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def window_lengths(lengths: list, context: int):
+    """How many characters the capstone's training windows hold (lesson 13): a bar per
+    length, the full windows at `context` + 1 on the right."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    counts = [lengths.count(n) for n in range(context + 2)]
+    ax.bar(range(context + 2), counts, color=["#1a73e8"] * (context + 1) + ["#999999"])
+    ax.set_yscale("log")
+    ax.set_xlabel(f"characters in a window (at most {context + 1}: {context} to predict)")
+    ax.set_ylabel("training windows")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -54,6 +54,9 @@ DESCRIPTIONS = {
     "group, equal to one process; RPC and its status; logging to TensorBoard.",
     "12_clusters": "Two hosts and a Slurm cluster on one machine: torchrun across hosts, sbatch "
     "with srun python and srun torchrun, four launch failures provoked (needs root).",
+    "13_capstone_gpt": "A small GPT trained on Python's own documentation with DDP: the global "
+    "batch, a loss per token, exact evaluation, a lost rank, and FSDP2, each checked against one "
+    "process.",
 }
 
 INDEX = ("index.html", "Course index")
