@@ -8,6 +8,7 @@ where and how long it waited before it fails.
 
 import os
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -56,4 +57,11 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception:  # recorded by @record; now leave as a crashed rank would
+        traceback.print_exc()
+        # Not `raise`: at exit, Python would destroy the process group with the timed-out
+        # collective still pending, which can abort (SIGABRT, exit -6: seen in CI on torch
+        # 2.13) in place of exit status 1. os._exit skips those destructors.
+        os._exit(1)
