@@ -90,7 +90,11 @@ def test_expected_failure_that_succeeds_is_an_error():
         launch("tests/fixtures/ok.py", nproc=1, timeout=60, expect_failure=True, echo=False)
 
 
-def test_timeout_kills_torchrun_the_workers_and_their_children(tmp_path):
+@pytest.mark.parametrize("torchrun", ["warm", "cold"])
+def test_timeout_kills_torchrun_the_workers_and_their_children(torchrun, tmp_path,
+                                                                 monkeypatch, warm_starts):
+    if torchrun == "cold":
+        monkeypatch.setenv("DDP_COURSE_COLD_LAUNCH", "1")
     timeout = 20
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as caught:
@@ -110,6 +114,7 @@ def test_timeout_kills_torchrun_the_workers_and_their_children(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if alive(p)], "processes survived the timeout"
+    assert len(warm_starts) == (torchrun == "warm" and sys.platform == "linux")
 
 
 def test_plain_python_launch_hides_launcher_variables(monkeypatch):
@@ -223,3 +228,73 @@ def test_a_ranks_error_on_stderr_is_in_the_message_even_when_its_stdout_came_lat
     assert "rank 1: the data file is missing" in message
     assert caught.value.result.stderr_by_rank[1].strip() == "rank 1: the data file is missing"
     assert "ddp-course-logs-" not in message  # torchrun's log folder stays out of sight
+
+
+# The warm torchrun (tools/zygote.py): the same torchrun, forked from a server that has
+# already imported torch, for launches whose environment starts Python and torch alike.
+
+@pytest.fixture
+def warm_starts(monkeypatch):
+    """The warm torchruns started during a test."""
+    from tools import zygote
+
+    started = []
+    original = zygote.start
+
+    def spy(*args, **kwargs):
+        process = original(*args, **kwargs)
+        if process is not None:
+            started.append(process)
+        return process
+
+    monkeypatch.setattr(zygote, "start", spy)
+    return started
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the warm torchrun is Linux only")
+def test_warm_and_cold_torchrun_print_the_same_and_fail_alike(warm_starts, monkeypatch):
+    warm = launch("tests/fixtures/fail.py", nproc=2, timeout=60, echo=False,
+                  expect_failure=True)
+    assert len(warm_starts) == 1
+    monkeypatch.setenv("DDP_COURSE_COLD_LAUNCH", "1")
+    cold = launch("tests/fixtures/fail.py", nproc=2, timeout=60, echo=False,
+                  expect_failure=True)
+    assert len(warm_starts) == 1, "DDP_COURSE_COLD_LAUNCH=1 should start a new torchrun"
+    assert warm.returncode == cold.returncode == 1
+    for rank in (0, 1):
+        assert warm.rank_lines(rank) == cold.rank_lines(rank)
+    for result in (warm, cold):
+        assert "exitcode  : 3" in result.output and "rank 1 gives up: no data" in \
+            result.stderr_by_rank[1]
+    # torchrun's own lines match too, less their times and process ids, and the frames
+    # of `python -m` (runpy) that start the cold one's traceback
+    def own(result):
+        return [re.sub(r"\d", "0", line) for line in result.output.splitlines()
+                if not line.startswith("[default") and "<frozen runpy>" not in line]
+    assert own(warm) == own(cold)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the warm torchrun is Linux only")
+def test_a_launch_setting_a_start_up_variable_gets_a_cold_torchrun(warm_starts, tmp_path):
+    launch("tests/fixtures/ok.py", nproc=2, timeout=60, echo=False,
+           env={"TORCH_CPP_LOG_LEVEL": "ERROR"})
+    assert not warm_starts
+    launch("tests/fixtures/ok.py", nproc=2, timeout=60, echo=False,
+           env={"SOMETHING_ELSE": "1"})
+    assert len(warm_starts) == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the warm torchrun is Linux only")
+def test_the_warm_server_leaves_with_the_process_that_started_it(tmp_path):
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1])\n"
+            "from tools import launch, zygote\n"
+            "launch.launch('tests/fixtures/ok.py', nproc=2, timeout=60, echo=False)\n"
+            "print(zygote._server.proc.pid, zygote._server.folder, flush=True)\n"
+            "os._exit(0)  # no atexit: as a kernel that was killed\n")
+    printed = subprocess.run([sys.executable, "-c", code, str(REPO)], cwd=REPO, check=True,
+                             capture_output=True, text=True, timeout=60).stdout.split()
+    pid, folder = int(printed[0]), printed[1]
+    deadline = time.monotonic() + 5
+    while (alive(pid) or os.path.exists(folder)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid) and not os.path.exists(folder)

@@ -268,6 +268,13 @@ def launch_nodes(script: str, *args, nnodes: int = 2, nproc: int = 2,
     return _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd)
 
 
+def launch_environment() -> dict:
+    """What a launch inherits: this process's environment, without a launcher's variables."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     script_path = Path(cwd) / script
     if not script_path.is_file():
@@ -285,16 +292,15 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     processes = build(args)
     command = "\n".join(shlex.join(p.shown) for p in processes)
 
-    base_env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
-    base_env["PYTHONUNBUFFERED"] = "1"
-    base_env.update(env or {})
+    default_env = launch_environment()
+    base_env = {**default_env, **(env or {})}
     if echo:
         for p in processes:
             print(f"{p.host}$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
                   flush=True)
     try:
         returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,
-                                                      echo)
+                                                      echo, default_env)
         result = LaunchResult(command, returncode, output, seconds, timed_out)
         for p in processes:
             if p.log_dir is not None:
@@ -334,7 +340,24 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     return result
 
 
-def _run(processes, base_env, cwd, timeout, echo):
+def _start(p: _Process, base_env: dict, cwd, default_env: dict | None):
+    """Start one process: a torchrun from the warm server when one can be used
+    (tools/zygote.py: the same torchrun, less its second of `import torch`), else a new one."""
+    env = {**base_env, **p.env}
+    if default_env is not None and p.argv[1:3] == ["-m", "torch.distributed.run"]:
+        from tools import zygote
+
+        warm = zygote.start(p.argv[3:], cwd, env, default_env)
+        if warm is not None:
+            return warm
+    return subprocess.Popen(
+        p.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+        bufsize=1, start_new_session=True,  # its own group, killed as one on timeout
+    )
+
+
+def _run(processes, base_env, cwd, timeout, echo, default_env=None):
     """Run the processes together; stream their lines; stop them all at the deadline,
     or as soon as one of several fails. Returns (returncode, output, seconds, timed_out)
     where returncode is the first non-zero exit status seen, or 0."""
@@ -343,11 +366,7 @@ def _run(processes, base_env, cwd, timeout, echo):
     lines: queue.Queue = queue.Queue()
     running = []
     for p in processes:
-        proc = subprocess.Popen(
-            p.argv, cwd=cwd, env={**base_env, **p.env}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            bufsize=1, start_new_session=True,  # its own group, killed as one on timeout
-        )
+        proc = _start(p, base_env, cwd, default_env)
         prefix = f"[{p.label}]" if p.label else ""
         if p.label and p.label.startswith("node"):
             prefix += " "
@@ -523,3 +542,15 @@ def show_diff(old: str, new: str, cwd: str | Path = REPO) -> None:
             print()  # between the changed places
         elif not line.startswith(("---", "+++")) and line not in ("+", "-"):  # blank lines
             print(line)
+
+
+def _warm_up() -> None:
+    """Start the warm torchrun's server now (in the background), so that it has imported
+    torch by the time a notebook makes its first launch."""
+    from tools import zygote
+
+    if zygote.usable():
+        zygote.prestart(launch_environment())
+
+
+_warm_up()
