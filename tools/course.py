@@ -50,12 +50,17 @@ def without_deep_dives(markdown: str) -> str:
     return re.sub(r"<details>.*?</details>", "", markdown, flags=re.S)
 
 
+MAP_HEADING = "## The course map"  # the first lesson's cell that tools/course_map.py writes
+
+
 def main_path_prose(nb) -> str:
     """A lesson's prose as a reader sees it unfolded: its markdown with the folded
-    `<details>` blocks and the fenced code taken out."""
+    `<details>` blocks and the fenced code taken out, and without the course map (a table
+    of links the first lesson shows at its end, written by tools/course_map.py: it grows
+    with every lesson the course adds, and is not that lesson's text)."""
     parts = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
+        if cell.cell_type == "markdown" and not cell.source.startswith(MAP_HEADING):
             text = without_deep_dives(cell.source)
             parts.append(re.sub(r"```.*?```", "", text, flags=re.S))
     return "\n".join(parts)

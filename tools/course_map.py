@@ -21,14 +21,13 @@ from pathlib import Path
 
 import nbformat
 
-from tools.course import NOTEBOOKS, REPO, lessons, title, without_deep_dives
+from tools.course import MAP_HEADING, NOTEBOOKS, REPO, lessons, title, without_deep_dives
 
 SECONDS_FILE = Path(__file__).resolve().parent / "lesson_seconds.json"
 README = REPO / "README.md"
 FIRST_LESSON = NOTEBOOKS / "00_ddp_in_ten_minutes.ipynb"
 MARKERS = ("<!-- course map: made by `python -m tools.course_map --write` -->",
            "<!-- end of the course map -->")
-MAP_HEADING = "## The course map"
 EXERCISES = "## Exercises"
 
 # For someone who must parallelise a training script tomorrow, in this order.
@@ -55,11 +54,13 @@ TOPICS = [
         ("07_checkpoints_survive", "checkpoints that survive workers, crashes and resharding"),
         ("08_fault_tolerance", "a rank that dies: restart and resume"),
         ("08_store_trap", "a restarted job that cannot reconnect"),
+        ("14_debugging", "a hung job: find the rank, the line and the collective"),
     ]),
     ("Bigger models and real clusters", [
         ("10_beyond_allreduce", "compression, ZeRO, FSDP2 and torch.compile"),
         ("11_pipeline_ddp", "a model split over processes, with DDP"),
         ("12_clusters", "several hosts and Slurm"),
+        ("16_slow_link", "a slow link between hosts, and the hooks that win it back"),
     ]),
 ]
 WORDS_PER_MINUTE = 200  # prose and code alike, as reading-time estimates count them

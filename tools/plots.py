@@ -581,3 +581,67 @@ def window_lengths(lengths: list, context: int):
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def flight_recorder_timeline(traces: dict, last: int = 8):
+    """Lesson 14: each rank's last `last` collectives from its flight recorder
+    ({rank: unpickled dump}), one box per collective at its sequence number, labelled
+    with its name; the first sequence number where the ranks disagree is drawn in red."""
+    calls = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":")[-1]
+                    for e in trace["entries"]} for rank, trace in sorted(traces.items())}
+    seqs = sorted(set().union(*calls.values()))[-last:]
+    odd = next((s for s in seqs if len({c.get(s) for c in calls.values()}) > 1), None)
+    fig, ax = plt.subplots(figsize=(1.25 * len(seqs) + 1.6, 0.75 * len(calls) + 1.2))
+    for y, mine in enumerate(calls.values()):
+        for x, seq in enumerate(seqs):
+            name = mine.get(seq)
+            if name is None:
+                continue
+            red = seq == odd
+            ax.add_patch(plt.Rectangle((x + 0.04, y - 0.35), 0.92, 0.7,
+                                       facecolor="#f7c6c6" if red else "#dbe7f6",
+                                       edgecolor="#cc0000" if red else "#8899aa",
+                                       lw=2 if red else 1))
+            ax.text(x + 0.5, y, name, ha="center", va="center", fontsize=8.5,
+                    weight="bold" if red else "normal")
+        if max(mine, default=0) < seqs[-1]:
+            ax.text(len([s for s in seqs if s <= max(mine, default=0)]) + 0.1, y,
+                    "(nothing more)", va="center", fontsize=8, color="#777777")
+    ax.set_xticks([x + 0.5 for x in range(len(seqs))], [str(s) for s in seqs])
+    ax.set_yticks(range(len(calls)), [f"rank {r}" for r in calls])
+    ax.set_xlim(0, len(seqs))
+    ax.set_ylim(len(calls) - 0.5, -0.6)
+    ax.set_xlabel("collective sequence number (flight recorder)")
+    ax.set_title("last collectives per rank" + (f"; first mismatch at {odd}" if odd else ""),
+                 fontsize=10)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+def slow_link_steps(measured: dict, predicted: dict, rate_mbit: float):
+    """Lesson 16: the time of one DDP step under each communication hook, on the fast link
+    and on the link limited to `rate_mbit`, as bars (ms), the prediction for the slow link
+    marked on its bar. `measured`: {hook: {"fast": s, "slow": s}}; `predicted`: {hook: s}."""
+    hooks = list(measured)
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for offset, link, label, color in ((-0.2, "fast", "fast link (no limit)", "#9bbb59"),
+                                       (0.2, "slow", f"link limited to {rate_mbit:g} Mbit/s",
+                                        "#c0504d")):
+        ms = [measured[h][link] * 1e3 for h in hooks]
+        xs = [i + offset for i in range(len(hooks))]
+        ax.bar(xs, ms, 0.38, color=color, label=label)
+        for x, value in zip(xs, ms):
+            ax.text(x, value, f"{value:.0f}", ha="center", va="bottom", fontsize=9)
+    ax.scatter([i + 0.2 for i in range(len(hooks))], [predicted[h] * 1e3 for h in hooks],
+               marker="_", s=900, linewidths=2.5, color="black", zorder=3,
+               label="predicted: compute + bytes sent / rate")
+    ax.set_xticks(range(len(hooks)), hooks)
+    ax.set_ylabel("ms per training step")
+    ax.set_ylim(0, 1.2 * max(max(m.values()) for m in measured.values()) * 1e3)
+    ax.set_title("One DDP step: the slow link costs what its bytes take; compression wins it back")
+    ax.legend(loc="upper right", fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
