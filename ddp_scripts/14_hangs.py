@@ -1,4 +1,4 @@
-"""Lesson 14: three hangs learners meet, each provoked on purpose and ended by a short
+"""Lesson 14: three common hangs, each provoked on purpose and ended by a short
 collective timeout, with what a practitioner collects to diagnose them.
 
     --bug rank0_metric    rank 0 alone reduces the loss to log it (`if rank == 0:`)
@@ -51,7 +51,8 @@ class Numbers(Dataset):
 
 
 def average_gradients(model):
-    """All-reduce every gradient as one flat tensor (by hand, as in lesson 05)."""
+    """All-reduce every gradient as one flat tensor (by hand, as in lesson 05: bugs 1 and 3
+    average this way so that the gradient all-reduce is one readable line in a traceback)."""
     grads = torch.cat([p.grad.flatten() for p in model.parameters()])
     dist.all_reduce(grads)
     grads /= dist.get_world_size()
@@ -73,8 +74,9 @@ def train_by_hand(world, args, stall_at=None):
         optimizer.step()
         optimizer.zero_grad()
         if step == args.log_at and world.rank == 0:  # bug 1: only rank 0 gets here
-            dist.reduce(loss.detach(), dst=0)  # the mean loss, for the log
-            print(f"step {step}: mean loss {loss.item() / world.world_size:.3f}", flush=True)
+            total = loss.detach()  # shares loss's storage: the reduce writes the sum there
+            dist.reduce(total, dst=0)  # rank 0 logs the mean loss
+            print(f"step {step}: mean loss {total.item() / world.world_size:.3f}", flush=True)
 
 
 class WithBuffer(torch.nn.Module):
@@ -114,7 +116,8 @@ def train_ddp(world, args):
 
 
 def dump_flight_recorder(folder, rank):
-    """This rank's recent collectives, as the flight recorder keeps them (a pickle)."""
+    """This rank's recent collectives, as the flight recorder keeps them (a pickle).
+    _dump_fr_trace is private: it may change between releases."""
     trace = torch._C._distributed_c10d._dump_fr_trace()
     (folder / "fr").mkdir(parents=True, exist_ok=True)
     (folder / "fr" / f"rank_{rank}").write_bytes(trace)
@@ -158,10 +161,11 @@ def replay_with_detail(world):
     group = dist.new_group(backend="gloo")
     dist.set_debug_level(before)
     try:
+        # bug 1 reduces a 0-dim tensor; with one, torch 2.13's DETAIL misnames rank 1's call
         if world.rank == 0:
-            dist.reduce(torch.zeros(1), dst=0, group=group)
+            dist.reduce(torch.zeros(1), dst=0, group=group)  # so: one number, in a 1-D tensor
         else:
-            dist.all_reduce(torch.zeros(5), group=group)
+            dist.all_reduce(torch.zeros(5), group=group)  # the 5 gradients
     except RuntimeError as error:
         print(f"DETAIL caught it: {error}".splitlines()[0], flush=True)
 
@@ -178,12 +182,17 @@ def main():
                         help="rank0_metric: replay the bug in a DETAIL group, after the dumps")
     parser.add_argument("--pdb-commands", help="a file of commands for a breakpoint on rank 0")
     args = parser.parse_args()
-    world = setup("cpu", timeout_s=60, ddp=args.bug == "rank0_eval")  # joining may be slow
+    # joining may be slow: a long timeout; ddp=True when the bug builds a DDP model (lesson 05)
+    world = setup("cpu", timeout_s=60, ddp=args.bug == "rank0_eval")
     dist.barrier()  # every rank is here: from now on, a collective waits --timeout seconds
+    # _set_pg_timeout is private (it may change): it shortens the timeout after start-up, which
+    # keeps the long one; in your own job, init_process_group(timeout=...) is the public way
     dist.distributed_c10d._set_pg_timeout(timedelta(seconds=args.timeout))
     if args.pdb_commands:  # a debugging session, scripted: pdb reads them from stdin
         os.dup2(os.open(args.pdb_commands, os.O_RDONLY), 0)
-        dist.breakpoint(rank=0, timeout_s=None)  # None: keep the short timeout
+        # rank 0 stops in pdb, the others wait in a barrier (one more entry in the trace);
+        # None keeps the short timeout, fine for scripted commands (by hand: the default hour)
+        dist.breakpoint(rank=0, timeout_s=None)
     try:
         if args.bug == "rank0_eval":
             train_ddp(world, args)

@@ -586,10 +586,12 @@ def window_lengths(lengths: list, context: int):
 def flight_recorder_timeline(traces: dict, last: int = 8):
     """Lesson 14: each rank's last `last` collectives from its flight recorder
     ({rank: unpickled dump}), one box per collective at its sequence number, labelled
-    with its name; the first sequence number where the ranks disagree is drawn in red."""
+    with its name; the first sequence number where the ranks disagree is drawn in red.
+    The title says how many of the sequence numbers it shows."""
     calls = {rank: {e["collective_seq_id"]: e["profiling_name"].split(":")[-1]
                     for e in trace["entries"]} for rank, trace in sorted(traces.items())}
-    seqs = sorted(set().union(*calls.values()))[-last:]
+    every = sorted(set().union(*calls.values()))
+    seqs = every[-last:]
     odd = next((s for s in seqs if len({c.get(s) for c in calls.values()}) > 1), None)
     fig, ax = plt.subplots(figsize=(1.25 * len(seqs) + 1.6, 0.75 * len(calls) + 1.2))
     for y, mine in enumerate(calls.values()):
@@ -612,8 +614,9 @@ def flight_recorder_timeline(traces: dict, last: int = 8):
     ax.set_xlim(0, len(seqs))
     ax.set_ylim(len(calls) - 0.5, -0.6)
     ax.set_xlabel("collective sequence number (flight recorder)")
-    ax.set_title("last collectives per rank" + (f"; first mismatch at {odd}" if odd else ""),
-                 fontsize=10)
+    shown = f"the last {len(seqs)} of {len(every)}" if len(seqs) < len(every) else "all"
+    ax.set_title(f"{shown} collectives per rank"
+                 + (f"; first mismatch at {odd}" if odd else ""), fontsize=10)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
     fig.tight_layout()
