@@ -1,7 +1,7 @@
 """Lesson 16: DDP on a slow link. Measures the link (a timed all-reduce, and the bytes this
 host's network interface sent, from /proc/net/dev), then times DDP training steps of an
 MLP of 6.3 MB of gradients under three communication hooks: DDP's own all-reduce,
-fp16_compress_hook and PowerSGD.
+fp16_compress_hook and PowerSGD (matrix-approximation rank 1).
 
     torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=nodeA:29500 \\
         --rdzv-id=job1 ddp_scripts/16_slow_link.py     # the same on every node
@@ -64,10 +64,14 @@ def regression(rank, device, width=512, hidden=1024):
 
 
 def register(model, hook):
-    """DDP's own all-reduce (no hook), fp16_compress_hook or PowerSGD of rank 1."""
+    """DDP's own all-reduce (no hook), fp16_compress_hook, or PowerSGD with matrix-approximation
+    rank 1 (unrelated to process ranks)."""
     if hook == "fp16":
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
-    elif hook == "powerSGD":  # plain all-reduce for steps 0 and 1: error feedback needs 2
+    elif hook == "powerSGD":
+        # Plain all-reduce for steps 0 and 1. PowerSGD keeps state shaped by the buckets (error
+        # feedback, warm start), and DDP rebuilds its buckets after step 0: PowerSGDState
+        # refuses a start_powerSGD_iter below 2 while either is on (both are by default).
         state = powerSGD.PowerSGDState(None, matrix_approximation_rank=1, start_powerSGD_iter=2)
         model.register_comm_hook(state, powerSGD.powerSGD_hook)
 
@@ -77,7 +81,9 @@ def timed_steps(hook, world, interface, warmup, steps):
     Before each step, the same forward and backward under no_sync (lesson 09), which
     sends nothing and changes no weight: the compute alone, timed under the same load."""
     x, y, mlp = regression(world.rank, world.device)
-    model = DDP(mlp, bucket_cap_mb=25)  # one bucket, the first one too (default: 1 MB)
+    # Passing bucket_cap_mb at all, even the default 25, turns off DDP's small first
+    # bucket (1 MiB): all 6.3 MB of gradients form one bucket.
+    model = DDP(mlp, bucket_cap_mb=25)
     register(model, hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02)
     losses, compute, total = [], 0.0, 0.0
@@ -91,7 +97,7 @@ def timed_steps(hook, world, interface, warmup, steps):
             F.mse_loss(model(x), y).backward()
         finish(world.device)
         compute += time.perf_counter() - start
-        optimizer.zero_grad()
+        optimizer.zero_grad()  # drop the no_sync gradients
         start = time.perf_counter()
         loss = F.mse_loss(model(x), y)
         loss.backward()  # returns once the gradients are averaged
@@ -101,7 +107,8 @@ def timed_steps(hook, world, interface, warmup, steps):
         losses.append(loss.item())
     dist.barrier()  # as in probe_link: the last step's bytes have all left this host
     after = sent_bytes(interface)
-    buckets = model._get_ddp_logging_data()["bucket_sizes"]  # after the first step's rebuild
+    # A private method, used only to count the buckets (as rebuilt after step 0).
+    buckets = model._get_ddp_logging_data()["bucket_sizes"]
     del model, optimizer
     return {"seconds_per_step": total / steps, "compute_per_step": compute / steps,
             "losses": losses, "buckets": len(buckets.split(",")),

@@ -639,7 +639,7 @@ def slow_link_steps(measured: dict, predicted: dict, rate_mbit: float):
             ax.text(x, value, f"{value:.0f}", ha="center", va="bottom", fontsize=9)
     ax.scatter([i + 0.2 for i in range(len(hooks))], [predicted[h] * 1e3 for h in hooks],
                marker="_", s=900, linewidths=2.5, color="black", zorder=3,
-               label="predicted: compute + bytes sent / rate")
+               label="predicted (slow link): compute + bytes sent / rate")
     ax.set_xticks(range(len(hooks)), hooks)
     ax.set_ylabel("ms per training step")
     ax.set_ylim(0, 1.2 * max(max(m.values()) for m in measured.values()) * 1e3)
