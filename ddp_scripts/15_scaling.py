@@ -1,13 +1,15 @@
-"""Lesson 15: will it scale? Everything the lesson's model of a DDP step needs, measured in
-rounds so that a change in the machine's load hits every measurement alike. Each round:
+"""Lesson 15: will it scale? What the lesson's model of a DDP step needs, measured in rounds
+(a change in the machine's load then hits every measurement alike). Each round times:
   1. all_reduce of each message size, 4 KiB to 16 MiB (the latency-bandwidth fit);
   2. one step of a plain MLP, no DDP: forward, backward, and when each gradient is ready;
   3. one step of the same MLP in DDP for each bucket_cap_mb, buckets noted by a comm hook.
-Every time is the slowest rank's. With --out, rank 0 writes all rounds as JSON.
+Every time is the slowest rank's. Last, one DDP step under torch.autocast: what do its
+buckets hold? With --out, rank 0 writes it all as JSON.
 
     torchrun --standalone --nproc-per-node=2 ddp_scripts/15_scaling.py
 """
 
+import os
 import time
 
 import torch
@@ -16,18 +18,14 @@ import torch.nn as nn
 from ddp_common import arguments, record, report, setup, teardown
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-KIB = 1024
-SIZES = [KIB * 4 ** k for k in range(1, 8)]  # 4 KiB ... 16 MiB
+SIZES = [1024 * 4 ** k for k in range(1, 8)]  # 4 KiB ... 16 MiB
 
 
 def make_model(width, depth, seed=0):
-    """depth Linear(width, width) layers with ReLU: 4 * depth * (width² + width) bytes of
-    gradients, the same weights on every rank."""
+    """depth Linear(width, width) layers with ReLU, the same weights on every rank."""
     torch.manual_seed(seed)
-    layers = []
-    for _ in range(depth):
-        layers += [nn.Linear(width, width), nn.ReLU()]
-    return nn.Sequential(*layers)
+    layers = [[nn.Linear(width, width), nn.ReLU()] for _ in range(depth)]
+    return nn.Sequential(*sum(layers, []))
 
 
 def slowest(values, device):
@@ -66,16 +64,17 @@ def all_reduce_bucket(events, model):
     names = {id(p): name for name, p in model.named_parameters()}
 
     def hook(state, bucket):  # DDP calls it once every gradient in the bucket is ready
-        event = {"index": bucket.index(), "bytes": bucket.buffer().numel() * 4,
-                 "params": [names[id(p)] for p in bucket.parameters()],
-                 "at": time.perf_counter()}
+        buffer = bucket.buffer()  # the gradients of the bucket, in one flat tensor
+        event = {"index": bucket.index(), "bytes": buffer.numel() * buffer.element_size(),
+                 "dtype": str(buffer.dtype), "at": time.perf_counter(),
+                 "params": [names[id(p)] for p in bucket.parameters()]}
         events.append(event)
 
         def average(future):  # runs when the all_reduce is done
             event["done"] = time.perf_counter()
             return future.value()[0].div_(dist.get_world_size())
 
-        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(average)
+        return dist.all_reduce(buffer, async_op=True).get_future().then(average)
     return hook
 
 
@@ -86,8 +85,8 @@ class Timed:
     def __init__(self, model, ddp=None):
         self.model, self.net = model, ddp or model
         self.names = [name for name, _ in model.named_parameters()]
-        self.ready, self.buckets = {}, []  # the hooks hold these, never self (a cycle
-        for name, p in model.named_parameters():  # through DDP's C++ would keep it alive)
+        self.ready, self.buckets = {}, []  # the hooks hold these, not self: no cycle
+        for name, p in model.named_parameters():
             p.register_post_accumulate_grad_hook(note_ready(self.ready, name))
         if ddp is not None:
             ddp.register_comm_hook(None, all_reduce_bucket(self.buckets, model))
@@ -95,7 +94,7 @@ class Timed:
     def step(self, x):
         self.ready.clear()
         self.buckets.clear()
-        self.model.zero_grad(set_to_none=False)  # keep the gradients' memory: no page faults
+        self.model.zero_grad(set_to_none=False)  # keeps the gradients' memory
         dist.barrier()
         start = time.perf_counter()
         loss = self.net(x).square().mean()
@@ -143,11 +142,13 @@ def main():
         rounds.append(row)
     logging = {cap: {key: value for key, value in timed.net._get_ddp_logging_data().items()
                      if key.startswith("avg_")} for cap, timed in ddps.items()}
+    with torch.autocast(device.type, dtype=torch.bfloat16):  # mixed precision, as on GPUs
+        autocast = ddps[args.caps[-1]].step(x)
     nbytes = sum(p.numel() * p.element_size() for p in plain.model.parameters())
     report(args.out, {"rank": world.rank}, rounds=rounds, logging=logging, caps=args.caps,
            gradient_bytes=nbytes, device=str(device), backend=dist.get_backend(),
-           threads=torch.get_num_threads(), width=args.width, depth=args.depth,
-           batch=args.batch)
+           threads=torch.get_num_threads(), cores=os.cpu_count(), width=args.width,
+           depth=args.depth, batch=args.batch, autocast_buckets=autocast["buckets"])
     del plain, ddps, timed, model  # no DDP model may outlive the group (lesson 05)
     teardown()
 

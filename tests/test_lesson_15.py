@@ -17,5 +17,8 @@ def test_scaling_script_on_three_ranks_records_every_measurement():
         for cap, step in row["ddp"].items():
             assert sum(b["bytes"] for b in step["buckets"]) == data["gradient_bytes"], cap
             assert all(b["done"] >= b["at"] for b in step["buckets"]), cap
+            assert {b["dtype"] for b in step["buckets"]} == {"torch.float32"}, cap
         assert len(row["ddp"]["0.05"]["buckets"]) == 4 and len(row["ddp"]["25.0"]["buckets"]) == 1
     assert set(data["logging"]) == {"0.05", "25.0"}
+    assert data["cores"] >= 1
+    assert [b["dtype"] for b in data["autocast_buckets"]] == ["torch.float32"]  # cap 25: one

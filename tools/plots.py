@@ -650,13 +650,18 @@ def slow_link_steps(measured: dict, predicted: dict, rate_mbit: float):
     return fig
 
 
-def latency_bandwidth_fit(sizes: list, rounds: list, alpha: float, beta: float):
+def latency_bandwidth_fit(sizes: list, rounds: list, alpha: float, beta: float,
+                          noisy_below: float | None = None):
     """all_reduce time against message size (log-log): every round's time as a faint dot,
     the median of the rounds as a circle, and the fitted line t = alpha + S / beta.
-    `rounds`: per message size, the seconds of each round; alpha in s, beta in bytes/s."""
+    `rounds`: per message size, the seconds of each round; alpha in s, beta in bytes/s.
+    noisy_below: shade the sizes below it (bytes), where noise dominates."""
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    if noisy_below:
+        ax.axvspan(min(sizes) / 2, noisy_below / 1.4, color="#eeeeee", zorder=0,
+                   label=f"below {noisy_below / 1024:g} KiB: all latency, noise dominates")
     for size, seconds in zip(sizes, rounds):
         ax.plot([size] * len(seconds), [1e6 * s for s in seconds], ".", color="#bbbbbb",
                 zorder=1)
@@ -677,20 +682,25 @@ def latency_bandwidth_fit(sizes: list, rounds: list, alpha: float, beta: float):
     return fig
 
 
-def step_predictions(rows: list):
+def step_predictions(rows: list, one_message: float | None = None):
     """One DDP step per bucket_cap_mb: the measured step as a bar, the compute alone as a
-    line in it, and the two predictions as markers. `rows`: dicts with cap, buckets,
-    measured, compute, overlap and serial (seconds)."""
+    line in it, and the two predictions as markers, side by side so that equal values stay
+    visible. `rows`: dicts with cap, buckets, measured, compute, overlap and serial
+    (seconds); one_message: compute + one all-reduce of every gradient (s), a dashed line."""
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     x = range(len(rows))
     ax.bar(x, [1e3 * r["measured"] for r in rows], width=0.55, color="#c9d7ee",
            edgecolor="#3366aa", label="measured step (median)")
     ax.hlines([1e3 * r["compute"] for r in rows], [i - 0.3 for i in x], [i + 0.3 for i in x],
               color="black", linestyles=":", label="forward + backward, no DDP")
-    ax.plot(x, [1e3 * r["overlap"] for r in rows], "v", color="#2a9d4b", markersize=10,
-            label="predicted: buckets overlap backward")
-    ax.plot(x, [1e3 * r["serial"] for r in rows], "^", color="#cc5500", markersize=10,
-            label="predicted: nothing overlaps")
+    if one_message is not None:
+        ax.axhline(1e3 * one_message, color="#7b3294", linestyle="--", linewidth=1,
+                   label="compute + one all-reduce of every gradient")
+    ax.plot([i - 0.12 for i in x], [1e3 * r["overlap"] for r in rows], "v", color="#2a9d4b",
+            markersize=10, markeredgecolor="black",
+            label="predicted if communication ran beside compute")
+    ax.plot([i + 0.12 for i in x], [1e3 * r["serial"] for r in rows], "^", color="#cc5500",
+            markersize=10, markeredgecolor="black", label="predicted if nothing overlaps")
     ax.set_xticks(list(x), [f"bucket_cap_mb={r['cap']:g}\n{r['buckets']} bucket(s)"
                             for r in rows])
     ax.set_ylabel("milliseconds per step")
