@@ -171,12 +171,13 @@ def test_down_with_nothing_up_is_harmless(clean):
     assert cluster.down_if_up() is False
 
 
-def test_only_lesson_12_can_be_skipped_and_never_where_ci_requires_it(monkeypatch):
+def test_only_the_cluster_lessons_can_be_skipped_and_never_where_ci_requires_it(monkeypatch):
     from tools.course import NOTEBOOKS, lessons, why_not_here
 
     monkeypatch.setattr(cluster, "why_not", lambda: "no root here")
     monkeypatch.delenv("DDP_COURSE_REQUIRE_CLUSTER", raising=False)
     refused = [path.stem for path in lessons() if why_not_here(path)]
-    assert refused == ["12_clusters"]
+    assert refused == ["12_clusters", "16_slow_link"]
     monkeypatch.setenv("DDP_COURSE_REQUIRE_CLUSTER", "1")  # CI: run it, and fail if it cannot
     assert why_not_here(NOTEBOOKS / "12_clusters.ipynb") is None
+    assert why_not_here(NOTEBOOKS / "16_slow_link.ipynb") is None
