@@ -55,12 +55,10 @@ MAP_HEADING = "## The course map"  # the first lesson's cell that tools/course_m
 
 def main_path_prose(nb) -> str:
     """A lesson's prose as a reader sees it unfolded: its markdown with the folded
-    `<details>` blocks and the fenced code taken out, and without the course map (a table
-    of links the first lesson shows at its end, written by tools/course_map.py: it grows
-    with every lesson the course adds, and is not that lesson's text)."""
+    `<details>` blocks and the fenced code taken out."""
     parts = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and not cell.source.startswith(MAP_HEADING):
+        if cell.cell_type == "markdown":
             text = without_deep_dives(cell.source)
             parts.append(re.sub(r"```.*?```", "", text, flags=re.S))
     return "\n".join(parts)
