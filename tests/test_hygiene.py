@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tools import zygote
 from tools.course import (
     MAX_MAIN_PATH_WORDS,
     MAX_RESULT_DISTANCE,
@@ -22,6 +23,7 @@ from tools.course import (
 )
 from tools.diagrams import ALT_TEXT
 from tools.exercises import written_scripts
+from tools.launch import launch_environment
 
 LESSONS = lessons()
 SCRIPTS = sorted((REPO / "ddp_scripts").glob("[0-9][0-9]_*.py"))
@@ -147,20 +149,38 @@ RUNS = [(s, ("--help",)) for s in SCRIPTS] + \
     [(s, ()) for s in SCRIPTS if s.name not in ONE_PROCESS_SCRIPTS]
 
 
+def plain_run(script, args, warm):
+    """`python SCRIPT ARGS` without torchrun's variables: a new interpreter (cold), or one
+    forked from the warm launcher's server (tools/zygote.py), which has imported torch
+    already; None where no warm one can be used."""
+    env = launch_environment()  # this process's environment less a launcher's variables
+    if warm:
+        return zygote.run_script(script, args, os.getcwd(), env, env, timeout=120)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
 @functools.cache
 def plain_runs() -> dict:
-    """Every script started by plain python, without torchrun's variables: with --help, and
-    with no arguments. Each run is mostly torch's import (about 2 s), and the runs are
-    independent, so they run as many at a time as there are cores."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
-
+    """Every script started by plain python: with --help, and with no arguments. A cold run
+    is mostly torch's import (about 2 s, 100 s for them all on 2 cores), so they run warm
+    where they can (test_a_warm_plain_run_is_a_cold_one), as many at a time as there are
+    cores."""
     def run(job):
-        script, args = job
-        return subprocess.run([sys.executable, str(script), *args], capture_output=True,
-                              text=True, timeout=120, env=env)
+        return plain_run(*job, warm=True) or plain_run(*job, warm=False)
 
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         return dict(zip(RUNS, pool.map(run, RUNS)))
+
+
+@pytest.mark.skipif(not zygote.usable(), reason="no warm interpreter here: every run is cold")
+@pytest.mark.parametrize("args", [("--help",), ()], ids=["help", "no-arguments"])
+def test_a_warm_plain_run_is_a_cold_one(args):
+    script = REPO / "ddp_scripts" / "05_ddp_training.py"
+    warm, cold = plain_run(script, args, warm=True), plain_run(script, args, warm=False)
+    assert warm is not None
+    assert (warm.returncode, warm.stdout, warm.stderr) == \
+        (cold.returncode, cold.stdout, cold.stderr)
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)

@@ -60,6 +60,7 @@ TOPICS = [
         ("10_beyond_allreduce", "compression, ZeRO, FSDP2 and torch.compile"),
         ("11_pipeline_ddp", "a model split over processes, with DDP"),
         ("12_clusters", "several hosts and Slurm"),
+        ("15_will_it_scale", "predict a step's cost before adding GPUs"),
         ("16_slow_link", "a slow link between hosts, and the hooks that win it back"),
     ]),
 ]

@@ -25,12 +25,10 @@ ALT_TEXT = {
         "All ranks meet at MASTER_ADDR:MASTER_PORT on node 0."
     ),
     "ddp_step.png": (
-        "One training step with DDP on 2 ranks. A global batch of 192 samples is dealt "
-        "out: rank 0 gets 96 and rank 1 the other 96. Each rank holds the same model, "
-        "runs forward and backward on its 96 samples and gets its own gradients. An "
-        "all-reduce averages the gradients across the ranks, so both ranks take the same "
-        "optimizer step and their models stay identical: the step one process takes with "
-        "all 192 samples."
+        "One DDP step on 2 ranks: a global batch of 192 samples is split 96 and 96. Each "
+        "rank runs forward and backward on its half with the same model; an all-reduce "
+        "averages their gradients, so both take the same optimizer step, the one a single "
+        "process takes with all 192 samples."
     ),
 }
 

@@ -648,3 +648,65 @@ def slow_link_steps(measured: dict, predicted: dict, rate_mbit: float):
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def latency_bandwidth_fit(sizes: list, rounds: list, alpha: float, beta: float,
+                          noisy_below: float | None = None):
+    """all_reduce time against message size (log-log): every round's time as a faint dot,
+    the median of the rounds as a circle, and the fitted line t = alpha + S / beta.
+    `rounds`: per message size, the seconds of each round; alpha in s, beta in bytes/s.
+    noisy_below: shade the sizes below it (bytes), where noise dominates."""
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    if noisy_below:
+        ax.axvspan(min(sizes) / 2, noisy_below / 1.4, color="#eeeeee", zorder=0,
+                   label=f"below {noisy_below / 1024:g} KiB: all latency, noise dominates")
+    for size, seconds in zip(sizes, rounds):
+        ax.plot([size] * len(seconds), [1e6 * s for s in seconds], ".", color="#bbbbbb",
+                zorder=1)
+    medians = [1e6 * float(np.median(seconds)) for seconds in rounds]
+    ax.plot(sizes, medians, "o", color="#3366aa", label="median of the rounds", zorder=3)
+    line = np.geomspace(min(sizes) / 2, max(sizes) * 2, 100)
+    ax.plot(line, 1e6 * (alpha + line / beta), "-", color="#cc5500", zorder=2,
+            label=f"fit: {alpha * 1e6:.0f} µs + S / ({beta / 1e9:.2f} GB/s)")
+    ax.plot([], [], ".", color="#bbbbbb", label="one round")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("time per all_reduce (µs)")
+    ax.set_title("all_reduce: a fixed latency, then time grows with the bytes")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def step_predictions(rows: list, one_message: float | None = None):
+    """One DDP step per bucket_cap_mb: the measured step as a bar, the compute alone as a
+    line in it, and the two predictions as markers, side by side so that equal values stay
+    visible. `rows`: dicts with cap, buckets, measured, compute, overlap and serial
+    (seconds); one_message: compute + one all-reduce of every gradient (s), a dashed line."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    x = range(len(rows))
+    ax.bar(x, [1e3 * r["measured"] for r in rows], width=0.55, color="#c9d7ee",
+           edgecolor="#3366aa", label="measured step (median)")
+    ax.hlines([1e3 * r["compute"] for r in rows], [i - 0.3 for i in x], [i + 0.3 for i in x],
+              color="black", linestyles=":", label="forward + backward, no DDP")
+    if one_message is not None:
+        ax.axhline(1e3 * one_message, color="#7b3294", linestyle="--", linewidth=1,
+                   label="compute + one all-reduce of every gradient")
+    ax.plot([i - 0.12 for i in x], [1e3 * r["overlap"] for r in rows], "v", color="#2a9d4b",
+            markersize=10, markeredgecolor="black",
+            label="predicted if communication ran beside compute")
+    ax.plot([i + 0.12 for i in x], [1e3 * r["serial"] for r in rows], "^", color="#cc5500",
+            markersize=10, markeredgecolor="black", label="predicted if nothing overlaps")
+    ax.set_xticks(list(x), [f"bucket_cap_mb={r['cap']:g}\n{r['buckets']} bucket(s)"
+                            for r in rows])
+    ax.set_ylabel("milliseconds per step")
+    ax.set_ylim(0, 1.35 * max(1e3 * max(r["measured"], r["serial"]) for r in rows))
+    ax.set_title("A DDP step against two predictions")
+    ax.legend(fontsize=8.5, loc="upper right", ncol=2)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -57,6 +57,8 @@ DESCRIPTIONS = {
     "13_capstone_gpt": "A small GPT trained on Python's own documentation with DDP: the global "
     "batch, a loss per token, exact evaluation, a lost rank, and FSDP2, each checked against one "
     "process.",
+    "15_will_it_scale": "All-reduce fitted to latency and bandwidth, DDP steps predicted from "
+    "compute and buckets and checked, bucket_cap_mb swept, and when DP stops scaling on GPUs.",
     "16_slow_link": "Lesson 12's two hosts on a link limited to 100 Mbit/s with tc: the step time "
     "predicted from the bytes on the wire, then fp16 and PowerSGD win it back (needs root).",
     "14_debugging": "Three hangs provoked and diagnosed: the flight recorder, torchfrtrace, "

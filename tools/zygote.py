@@ -18,8 +18,12 @@ beginning with one of READ_AT_START: TORCH_CPP_LOG_LEVEL, LOGLEVEL, PYTHONPATH, 
 launch that sets one gets a cold torchrun), and never where fork is unsafe (macOS) or
 when DDP_COURSE_COLD_LAUNCH=1.
 
+The same server runs a plain `python SCRIPT ARGS` for the tests that start every script
+without torchrun (`run_script`), each otherwise mostly its `import torch`.
+
 Protocol, one Unix-socket connection per launch: the client sends one JSON line
-{"args", "cwd", "env"} together with the write end of its output pipe (SCM_RIGHTS); the
+{"args", "cwd", "env"} (and "script" for a plain script) together with the write end of its
+output pipe, or of its stdout's and its stderr's (SCM_RIGHTS); the
 server answers "pid N" once the child exists and "exit CODE" (negative: killed by that
 signal, as `subprocess` reports it) once it has reaped it.
 
@@ -55,32 +59,39 @@ def same_start(env: dict, other: dict) -> bool:
     return not any(k.upper().startswith(READ_AT_START) for k in names)
 
 
-def _child(request: dict, out_fd: int) -> None:
-    """In the forked child: become the torchrun a shell would have started, then exit."""
+def _child(request: dict, out_fd: int, err_fd: int) -> None:
+    """In the forked child: become the torchrun a shell would have started (or, given a
+    "script", the `python SCRIPT ARGS`), then exit."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not torchrun's
     os.setsid()  # its own group, killed as one on timeout (like start_new_session=True)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_fd, 1)
-    os.dup2(out_fd, 2)
-    os.close(null)
-    os.close(out_fd)
+    os.dup2(err_fd, 2)
+    for fd in {null, out_fd, err_fd}:
+        os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["torchrun", *request["args"]]
-    sys.path[0] = request["cwd"]
+    script = request.get("script")
     code = 0
-    sys.modules.pop("torch.distributed.run", None)  # its imports stay: that is the point
-    try:  # as `python -m torch.distributed.run` (the module's code again, as __main__)
-        runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+    try:
+        if script is None:  # as `python -m torch.distributed.run` (its code again, as __main__)
+            sys.argv = ["torchrun", *request["args"]]
+            sys.path[0] = request["cwd"]
+            sys.modules.pop("torch.distributed.run", None)  # its imports stay: the point
+            runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+        else:  # as `python SCRIPT ARGS`: the script's folder first on the path
+            sys.argv = [script, *request["args"]]
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:  # what `sys.exit` in the console script would do
         if stop.code is None or isinstance(stop.code, int):
             code = stop.code or 0
         else:
             print(stop.code, file=sys.stderr)
             code = 1
-    except BaseException as error:  # uncaught: its traceback from torchrun's frames on
+    except BaseException as error:  # uncaught: its traceback from the code's own frames on
         tb = error.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>"):
             tb = tb.tb_next
@@ -119,7 +130,7 @@ def _loop(server: socket.socket, clients: dict, parent: int) -> None:
             conn, _ = server.accept()
             conn.settimeout(10)
             try:
-                data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 1)
+                data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 2)
                 while not data.endswith(b"\n"):  # a long environment comes in pieces
                     more = conn.recv(1 << 16)
                     if not more:
@@ -134,7 +145,7 @@ def _loop(server: socket.socket, clients: dict, parent: int) -> None:
                 conn.close()
                 for other in clients.values():
                     other.close()
-                _child(json.loads(data.decode()), fds[0])
+                _child(json.loads(data.decode()), fds[0], fds[-1])
             for fd in fds:
                 os.close(fd)
             try:
@@ -159,21 +170,29 @@ def _loop(server: socket.socket, clients: dict, parent: int) -> None:
 
 
 class WarmProcess:
-    """A torchrun forked by the server, with the part of `subprocess.Popen` the launcher
-    uses: pid, args, stdout, poll(), wait(), returncode."""
+    """A torchrun (or, given `script`, a `python SCRIPT ARGS`) forked by the server, with
+    the part of `subprocess.Popen` the launcher uses: pid, args, stdout, poll(), wait(),
+    returncode. Its standard error goes to stdout, or to a pipe of its own (`stderr`) when
+    `separate_stderr`."""
 
-    def __init__(self, server: Server, args: list[str], cwd, env: dict):
-        self.args = ["torch.distributed.run", *args]
+    def __init__(self, server: Server, args: list[str], cwd, env: dict,
+                 script: str | None = None, separate_stderr: bool = False):
+        self.args = [script or "torch.distributed.run", *args]
         self.returncode = None
-        read_fd, write_fd = os.pipe()
+        pipes = [os.pipe() for _ in range(2 if separate_stderr else 1)]
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        request = {"args": args, "cwd": str(cwd), "env": env}
+        if script is not None:
+            request["script"] = str(script)
         try:
             self._conn.connect(server.path)
-            message = json.dumps({"args": args, "cwd": str(cwd), "env": env}).encode() + b"\n"
-            socket.send_fds(self._conn, [message], [write_fd])
+            message = json.dumps(request).encode() + b"\n"
+            socket.send_fds(self._conn, [message], [write for _, write in pipes])
         finally:
-            os.close(write_fd)
-        self.stdout = open(read_fd, errors="replace", buffering=1)
+            for _, write in pipes:
+                os.close(write)
+        self.stdout = open(pipes[0][0], errors="replace", buffering=1)
+        self.stderr = open(pipes[1][0], errors="replace", buffering=1) if separate_stderr else None
         self._buffer = b""
         self.pid = int(self._line(None).split()[1])
 
@@ -265,10 +284,10 @@ def prestart(default_env: dict) -> None:
             _server = Server(default_env)
 
 
-def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
-    """A warm torchrun running `torchrun_args`, or None (the caller starts a cold one) when
-    none can be used for this environment. The server is started, on first use, with
-    `default_env`: the environment of a launch that sets no variables of its own."""
+def _server_for(env: dict, default_env: dict) -> Server | None:
+    """The running server, started on first use with `default_env` (the environment of a
+    launch that sets no variables of its own), if a process started in `env` may come
+    from it; else None."""
     global _server
     if not usable():
         return None
@@ -282,7 +301,39 @@ def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
                 raise RuntimeError("the warm torchrun server did not start")
         if not same_start(env, _server.env) or _server.proc.poll() is not None:
             return None
-        return WarmProcess(_server, torchrun_args, cwd, env)
+        return _server
+
+
+def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
+    """A warm torchrun running `torchrun_args`, or None (the caller starts a cold one) when
+    none can be used for this environment."""
+    server = _server_for(env, default_env)
+    return None if server is None else WarmProcess(server, torchrun_args, cwd, env)
+
+
+def run_script(script, args: list[str], cwd, env: dict, default_env: dict,
+               timeout: float) -> subprocess.CompletedProcess | None:
+    """`python SCRIPT ARGS` in a warm interpreter, reported as `subprocess.run(...,
+    capture_output=True, text=True, timeout=timeout)` would; None (the caller runs a cold
+    one) when none can be used for this environment. For the course's checks that start
+    every script without torchrun: each is otherwise mostly `import torch`."""
+    server = _server_for(env, default_env)
+    if server is None:
+        return None
+    proc = WarmProcess(server, list(args), cwd, env, script=str(script), separate_stderr=True)
+    texts: dict[str, str] = {}
+    readers = [threading.Thread(target=lambda name=name: texts.update(
+        {name: getattr(proc, name).read()}), daemon=True) for name in ("stdout", "stderr")]
+    for reader in readers:
+        reader.start()
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: the child and what it started
+        raise
+    for reader in readers:  # until the child and anything it started close the pipes
+        reader.join()
+    return subprocess.CompletedProcess(proc.args, code, texts["stdout"], texts["stderr"])
 
 
 if __name__ == "__main__":
