@@ -6,8 +6,8 @@ collective timeout, with what a practitioner collects to diagnose them.
                           holds a buffer, while the other ranks train on
     --bug stalled_loader  one rank's dataset stalls in __getitem__
 
-On the timeout each rank that caught it writes its flight recorder (set
-TORCH_FR_BUFFER_SIZE, e.g. 2000) to --dumps/rank_<N>, and the first rank that caught it
+On the timeout each rank that caught it writes its flight recorder (its last
+TORCH_FR_BUFFER_SIZE collectives, 2000 by default) to --dumps/fr/rank_<N>, and rank 0
 writes every other local rank's Python stack (py-spy) to --dumps/stacks.txt.
 
     TORCH_FR_BUFFER_SIZE=2000 torchrun --standalone --nproc-per-node=2 \\
@@ -45,7 +45,7 @@ class Numbers(Dataset):
         return len(self.x)
 
     def __getitem__(self, index):
-        if self.stalls and index == self.stall_at:
+        if self.stalls and index == self.stall_at:  # bug 3
             time.sleep(self.stall_s)  # a file system that stopped answering, say
         return self.x[index], self.y[index]
 

@@ -70,9 +70,9 @@ def all_reduce_bucket(events, model):
                  "params": [names[id(p)] for p in bucket.parameters()]}
         events.append(event)
 
-        def average(future):  # runs when the all_reduce is done
-            event["done"] = time.perf_counter()
-            return future.value()[0].div_(dist.get_world_size())
+        def average(future):  # .then(average) runs it once the all_reduce is done,
+            event["done"] = time.perf_counter()  # and what it returns becomes the bucket's
+            return future.value()[0].div_(dist.get_world_size())  # gradients: sum / ranks
 
         return dist.all_reduce(buffer, async_op=True).get_future().then(average)
     return hook
