@@ -155,7 +155,7 @@ def plain_run(script, args, warm):
     already; None where no warm one can be used."""
     env = launch_environment()  # this process's environment less a launcher's variables
     if warm:
-        return zygote.run_script(script, args, os.getcwd(), env, env, timeout=120)
+        return zygote.run_script(script, args, os.getcwd(), env, timeout=120)
     return subprocess.run([sys.executable, str(script), *args], capture_output=True,
                           text=True, timeout=120, env=env)
 

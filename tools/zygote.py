@@ -311,13 +311,13 @@ def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
     return None if server is None else WarmProcess(server, torchrun_args, cwd, env)
 
 
-def run_script(script, args: list[str], cwd, env: dict, default_env: dict,
+def run_script(script, args: list[str], cwd, env: dict,
                timeout: float) -> subprocess.CompletedProcess | None:
     """`python SCRIPT ARGS` in a warm interpreter, reported as `subprocess.run(...,
     capture_output=True, text=True, timeout=timeout)` would; None (the caller runs a cold
     one) when none can be used for this environment. For the course's checks that start
     every script without torchrun: each is otherwise mostly `import torch`."""
-    server = _server_for(env, default_env)
+    server = _server_for(env, env)
     if server is None:
         return None
     proc = WarmProcess(server, list(args), cwd, env, script=str(script), separate_stderr=True)
@@ -333,6 +333,8 @@ def run_script(script, args: list[str], cwd, env: dict, default_env: dict,
         raise
     for reader in readers:  # until the child and anything it started close the pipes
         reader.join()
+    proc.stdout.close()
+    proc.stderr.close()
     return subprocess.CompletedProcess(proc.args, code, texts["stdout"], texts["stderr"])
 
 
