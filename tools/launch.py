@@ -341,15 +341,20 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
 
 
 def _start(p: _Process, base_env: dict, cwd, default_env: dict | None):
-    """Start one process: a torchrun from the warm server when one can be used
-    (tools/zygote.py: the same torchrun, less its second of `import torch`), else a new one."""
+    """Start one process: forked from the warm server when one can be used
+    (tools/zygote.py: a torchrun whose workers are forked too, or a `python SCRIPT`, each
+    less its seconds of `import torch`), else a new one."""
     env = {**base_env, **p.env}
-    if default_env is not None and p.argv[1:3] == ["-m", "torch.distributed.run"]:
+    warm = None
+    if default_env is not None and p.argv[0] == sys.executable and len(p.argv) > 1:
         from tools import zygote
 
-        warm = zygote.start(p.argv[3:], cwd, env, default_env)
-        if warm is not None:
-            return warm
+        if p.argv[1:3] == ["-m", "torch.distributed.run"]:
+            warm = zygote.start(p.argv[3:], cwd, env, default_env)
+        elif not p.argv[1].startswith("-"):
+            warm = zygote.start_script(p.argv[1], p.argv[2:], cwd, env, default_env)
+    if warm is not None:
+        return warm
     return subprocess.Popen(
         p.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -389,10 +394,18 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
         if time.monotonic() >= deadline:
             timed_out = True
             break
-        try:
-            line = lines.get(timeout=0.2)
-        except queue.Empty:
-            line = ""
+        line = ""
+        if open_streams:
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                pass
+        else:  # every stream is closed: wait for the processes themselves, not a tick
+            for proc in running:
+                try:
+                    proc.wait(timeout=max(0.01, min(0.2, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass
         if line is None:
             open_streams -= 1
         elif line:
@@ -465,7 +478,8 @@ def where_they_are(running: list[subprocess.Popen], limit: float = STACKS_LIMIT_
     pids = []
     for proc in running:
         is_torchrun = "torch.distributed.run" in proc.args
-        pids += ([] if is_torchrun else [proc.pid]) + descendants(proc.pid)
+        pids += [pid for pid in ([] if is_torchrun else [proc.pid]) + descendants(proc.pid)
+                 if not warm_server(pid)]
     parts, end = [], time.monotonic() + limit
     for pid in pids:
         left = end - time.monotonic()
@@ -480,6 +494,15 @@ def where_they_are(running: list[subprocess.Popen], limit: float = STACKS_LIMIT_
             text = f"py-spy failed: {error}\n"
         parts.append(f"[launch] stack of process {pid}:\n{text}")
     return "".join(parts)
+
+
+def warm_server(pid: int) -> bool:
+    """Whether `pid` is a warm torchrun's server of its workers (tools/zygote.py), which
+    waits for torchrun's requests: not a rank, and not in a cold launch's tree."""
+    try:
+        return "-m tools.zygote --workers-of" in Path(f"/proc/{pid}/cmdline").read_text()
+    except OSError:
+        return False
 
 
 def descendants(pid: int) -> list[int]:

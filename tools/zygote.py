@@ -1,200 +1,564 @@
-"""A torchrun kept warm for the course's own launches (Linux only).
+"""Warm launches: torchrun and its workers forked from a process that has imported torch
+(Linux only).
 
-Every `torchrun` spends about a second importing torch before it starts a single worker
-(`python -X importtime -m torch.distributed.run --help`): on 2 cores that is a third of a
-2-rank launch, paid by each of the course's ~100 launches and by its tests' few hundred.
-The launcher (tools/launch.py) therefore starts this server once per process (when it is
-imported): the server imports `torch.distributed.run` and waits. For each launch it forks,
-and the child runs `python -m torch.distributed.run ARGS`, the launcher's usual command
-(the module's code runs again as __main__; only its imports are already done), in a
-process of its own: its own session, the launch's working folder, environment, standard
-output and error. The workers that torchrun then starts are new Python processes, as with
-a torchrun typed at a shell. A fork after `import torch` is also what a DataLoader does for
-each of its workers on Linux.
+Most of a launch is processes importing torch: `import torch` and the `torch._dynamo`
+that DDP's constructor imports take about 2.5 s on 2 cores, paid by torchrun and again by
+every worker of each of the course's ~100 launches and its tests' few hundred. So the
+launcher (tools/launch.py) starts this server once per process: the server imports torch,
+torch._dynamo, torch.distributed.run and numpy, freezes what it made (gc.freeze: a forked
+child's garbage collections and exit then leave those objects alone), and waits. For each
+launch it forks:
 
-The launcher uses a warm torchrun only when the launch's environment differs from the
-server's in none of the variables that Python or torch may read while starting up (names
-beginning with one of READ_AT_START: TORCH_CPP_LOG_LEVEL, LOGLEVEL, PYTHONPATH, ...; a
-launch that sets one gets a cold torchrun), and never where fork is unsafe (macOS) or
-when DDP_COURSE_COLD_LAUNCH=1.
+* a **torchrun**: the child becomes `python -m torch.distributed.run ARGS` (runpy runs the
+  module as __main__, as `python -m` does). Before that it forks once more: a second
+  server, for this torchrun alone, whose children are its workers. torchrun's agent is
+  stock torchrun; only the function that starts a worker (`SubprocessHandler._popen`,
+  which calls `subprocess.Popen([python, "-u", SCRIPT, ...])`) asks that second server
+  for a fork instead. Everything else (rendezvous, --max-restarts, @record error files,
+  signals, --tee, the Root Cause report) is torchrun's own code, as in a cold launch.
+* a **worker**, or a plain `python SCRIPT` (`launch(nproc=None)`, `launch_ranks`,
+  `run_script`): the child becomes `python -u SCRIPT ARGS`.
 
-The same server runs a plain `python SCRIPT ARGS` for the tests that start every script
-without torchrun (`run_script`), each otherwise mostly its `import torch`.
+**A warm worker is a cold worker.** The fork and the start of the script happen in C
+(tools/warm_fork.c), in a thread that holds no Python frames: the script's `<module>` is
+the first frame of its stack (py-spy, tracebacks), it runs in a fresh `__main__` through
+CPython's own PyRun_AnyFileExFlags, and it ends as Python's main() ends (Py_FinalizeEx,
+atexit, then exit()). Before it runs, the child (`become`) takes the launch's session,
+folder, environment and standard streams; closes every file the server held; resets
+signals; reseeds what a new process seeds itself (torch's default generator, numpy's);
+sets torch's thread count from OMP_NUM_THREADS (torchrun sets it; torch reads it only at
+import); and sets sys.argv, sys.orig_argv, sys.path[0] and __file__ as Python would. It
+also rewrites its /proc/self/cmdline (py-spy's header, `ps`) and /proc/self/environ (read
+by lesson 14's `local_ranks`) over room the server was started with. What still differs
+is listed in tests/test_warm.py, with how each is handled.
 
-Protocol, one Unix-socket connection per launch: the client sends one JSON line
-{"args", "cwd", "env"} (and "script" for a plain script) together with the write end of its
-output pipe, or of its stdout's and its stderr's (SCM_RIGHTS); the
-server answers "pid N" once the child exists and "exit CODE" (negative: killed by that
-signal, as `subprocess` reports it) once it has reaped it.
+A launch gets cold processes instead when its environment differs from the server's in a
+variable that Python, torch or a library reads while starting up (READ_AT_START; torchrun's
+own variables for its workers are read later, WORKER_VARIABLES), when the server declines
+(its room for cmdline and environ is too small), where the C part cannot be built (no C
+compiler or Python headers), on macOS, and with DDP_COURSE_COLD_LAUNCH=1.
 
-    python -m tools.zygote SOCKET_PATH PARENT_PID   (started by tools/launch.py)
+Protocol, one Unix-socket connection per process: the client sends one JSON line and
+three file descriptors (the child's stdin, stdout, stderr; SCM_RIGHTS); the server answers
+"pid N" once the child exists and "exit CODE" (negative: killed by that signal, as
+`subprocess` reports it) once it has reaped it, or "cold REASON" when it declines.
+
+    python -m tools.zygote SOCKET_PATH PARENT_PID ROOM   (started by tools/launch.py)
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import gc
+import hashlib
 import json
 import os
-import runpy
 import select
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
 
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 90.0
 OFF = "DDP_COURSE_COLD_LAUNCH"
+# Variables read while Python, torch or the libraries they load start up: a process
+# forked from the server would not see a new value of one.
 READ_AT_START = ("TORCH", "PYTORCH", "C10", "PYTHON", "LOGLEVEL", "OMP", "MKL", "KMP",
-                 "OPENBLAS", "CUDA", "NCCL", "GLOO", "LD_", "MALLOC", "DDP_COURSE")
+                 "GOMP", "OPENBLAS", "NPY", "CUDA", "NCCL", "GLOO", "LD_", "MALLOC",
+                 "DDP_COURSE", "LANG", "LC_", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME")
+# What torchrun adds for each worker, read when the worker uses it (not at import);
+# OMP_NUM_THREADS is applied by `become` (torch.set_num_threads).
+WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
+                    "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
+                    "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                    "OMP_NUM_THREADS")
+WORKER_PREFIXES = ("TORCHELASTIC_",)
+# What the server imports once: what a worker of the course imports anyway.
+PRELOAD = ("torch", "torch._dynamo", "torch.distributed.run", "numpy")
+ROOM_VARIABLE = "DDP_COURSE_ZYGOTE_ROOM"
+ENV_ROOM = 64 * 1024  # bytes for a child's /proc/self/environ
+ARGV_ROOM = 4000  # bytes for its /proc/self/cmdline (the kernel shows one page at most)
+SOURCE = Path(__file__).with_name("warm_fork.c")
 
 
-def same_start(env: dict, other: dict) -> bool:
-    """Whether a process started in `env` starts like one started in `other`."""
-    names = {k for k in env.keys() | other.keys() if env.get(k) != other.get(k)}
-    return not any(k.upper().startswith(READ_AT_START) for k in names)
+def same_start(env: dict, other: dict, worker: bool = False) -> bool:
+    """Whether a process started in `env` starts like one started in `other`; with
+    `worker`, torchrun's variables for its workers may differ too."""
+    for name in env.keys() | other.keys():
+        if env.get(name) == other.get(name):
+            continue
+        if worker and (name in WORKER_VARIABLES or name.startswith(WORKER_PREFIXES)):
+            continue
+        if name.upper().startswith(READ_AT_START):
+            return False
+    return True
 
 
-def _child(request: dict, out_fd: int, err_fd: int) -> None:
-    """In the forked child: become the torchrun a shell would have started (or, given a
-    "script", the `python SCRIPT ARGS`), then exit."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not torchrun's
-    os.setsid()  # its own group, killed as one on timeout (like start_new_session=True)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(err_fd, 2)
-    for fd in {null, out_fd, err_fd}:
+# ---------------------------------------------------------------- the C part, built once
+
+def _cache_folders() -> list[Path]:
+    found = []
+    if sys.prefix != sys.base_prefix:  # a virtual environment (the course's .venv)
+        found.append(Path(sys.prefix) / "share" / "ddp-course")
+    found.append(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ddp-course")
+    found.append(Path(tempfile.gettempdir()) / f"ddp-course-{os.getuid()}")
+    return found
+
+
+def library() -> Path:
+    """The compiled tools/warm_fork.c for this Python, built on first use (a second or
+    so) into the virtual environment (else ~/.cache/ddp-course). Raises RuntimeError
+    saying why when it cannot be built."""
+    source = SOURCE.read_bytes()
+    include = sysconfig.get_paths()["include"]
+    key = hashlib.sha256(source + sys.version.encode() + include.encode()).hexdigest()[:16]
+    if not Path(include, "Python.h").is_file():
+        raise RuntimeError(f"no Python.h in {include} (the Python headers: python3-dev)")
+    compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    errors = []
+    for folder in _cache_folders():
+        target = folder / f"warm_fork-{key}.so"
+        if target.is_file():
+            return target
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f".warm_fork-{key}-{os.getpid()}.so"
+            done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", f"-I{include}",
+                                   "-o", str(partial), str(SOURCE), "-lpthread"],
+                                  capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as error:
+            errors.append(f"{folder}: {error}")
+            continue
+        if done.returncode == 0:
+            os.replace(partial, target)  # whole or not at all, if several build at once
+            return target
+        errors.append(f"{' '.join(compiler)} failed: {(done.stderr or done.stdout).strip()}")
+        break  # the compiler, not the folder, is the problem
+    raise RuntimeError("cannot build tools/warm_fork.c: " + "; ".join(errors))
+
+
+# ------------------------------------------------------------- in the server's processes
+
+class _Serving:
+    """What a serving process holds: its socket, and the clients of its children."""
+    listener: socket.socket | None = None
+    parent = 0  # serve while this process is our parent
+    clients: dict = {}  # pid -> the connection that asked for it
+    pidfds: dict = {}  # pidfd -> pid: select wakes up when a child ends
+    env: dict = {}  # the environment this process started its work in
+    worker_server = False  # a torchrun's own server (its children are workers)
+    stop = threading.Event()
+
+
+def _room() -> tuple[int, int, int, int]:
+    """(arg_start, arg_end, env_start, env_end): where this process's argument and
+    environment strings lie (/proc/self/stat, fields 48 to 51)."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return tuple(int(fields[i]) for i in range(45, 49))
+
+
+def _retitle(argv: list[str], env: dict | None) -> None:
+    """Write `argv` over /proc/self/cmdline's memory (as setproctitle does: one string, the
+    arguments joined by spaces, what `ps` and py-spy show) and `env` over
+    /proc/self/environ's (NUL-separated, the rest NULs). The server was started with room
+    for both; `_fits` checked the sizes."""
+    arg_start, arg_end, env_start, env_end = _room()
+    title = " ".join(argv).encode(errors="surrogateescape")[:arg_end - arg_start - 2]
+    # The kernel reads a rewritten title up to its NUL when the area's last byte is not NUL.
+    area = title + b"\0" + b" " * (arg_end - arg_start - len(title) - 1)
+    ctypes.memmove(arg_start, area, len(area))
+    if env is not None:
+        block = _environ_block(env)
+        ctypes.memmove(env_start, block + b"\0" * (env_end - env_start - len(block)),
+                       env_end - env_start)
+
+
+def _environ_block(env: dict) -> bytes:
+    return b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
+
+
+def _fits(request: dict) -> str | None:
+    """Why this server cannot make the child `request` asks for look like a cold one, or
+    None."""
+    arg_start, arg_end, env_start, env_end = _room()
+    if len(" ".join(request["orig_argv"]).encode(errors="surrogateescape")) + 2 > min(
+            arg_end - arg_start, 4096):
+        return "its command line is longer than the room for /proc/self/cmdline"
+    if len(_environ_block(request["env"])) > env_end - env_start:
+        return "its environment is larger than the room for /proc/self/environ"
+    if not same_start(request["env"], _Serving.env, worker=_Serving.worker_server):
+        return "its environment sets a variable read at start-up"
+    return None
+
+
+def _read_request(conn: socket.socket):
+    conn.settimeout(10)
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    while not data.endswith(b"\n"):  # a long environment comes in pieces
+        more = conn.recv(1 << 16)
+        if not more:
+            raise ConnectionError("the client left mid-request")
+        data += more
+    request = json.loads(data.decode(errors="surrogateescape"))
+    if len(fds) != 3:
+        raise ConnectionError(f"{len(fds)} file descriptors instead of 3")
+    request["_conn"], request["_fds"] = conn, fds
+    return request
+
+
+def _reap() -> None:
+    """Reap the children that have ended; tell each one's client how it ended."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        for pidfd, owner in list(_Serving.pidfds.items()):
+            if owner == pid:
+                os.close(pidfd)
+                del _Serving.pidfds[pidfd]
+        conn = _Serving.clients.pop(pid, None)
+        if conn is not None:
+            try:
+                conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+            except OSError:
+                pass
+            conn.close()
+
+
+def next_request():
+    """(Called from C.) Wait for the next request, reaping children meanwhile. None: stop
+    serving (the parent has gone)."""
+    while not _Serving.stop.is_set() and os.getppid() == _Serving.parent:
+        watched = [_Serving.listener, *_Serving.pidfds]
+        polling = 0.05 if _Serving.clients and not _Serving.pidfds else 0.5
+        ready, _, _ = select.select(watched, [], [], polling)
+        _reap()
+        if _Serving.listener not in ready:
+            continue
+        conn, _ = _Serving.listener.accept()
+        try:
+            request = _read_request(conn)
+        except (OSError, ValueError):
+            conn.close()
+            continue
+        reason = _fits(request)
+        if reason is None:
+            return request
+        for fd in request["_fds"]:
+            os.close(fd)
+        try:
+            conn.sendall(f"cold {reason}\n".encode())
+        except OSError:
+            pass
+        conn.close()
+    return None
+
+
+def forked(request: dict, pid: int) -> None:
+    """(Called from C, in the server.) The child exists: tell its client."""
+    for fd in request["_fds"]:
         os.close(fd)
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    script = request.get("script")
-    code = 0
+    conn = request["_conn"]
     try:
-        if script is None:  # as `python -m torch.distributed.run` (its code again, as __main__)
-            sys.argv = ["torchrun", *request["args"]]
-            sys.path[0] = request["cwd"]
-            sys.modules.pop("torch.distributed.run", None)  # its imports stay: the point
-            runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
-        else:  # as `python SCRIPT ARGS`: the script's folder first on the path
-            sys.argv = [script, *request["args"]]
-            sys.path[0] = os.path.dirname(os.path.abspath(script))
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as stop:  # what `sys.exit` in the console script would do
-        if stop.code is None or isinstance(stop.code, int):
-            code = stop.code or 0
-        else:
-            print(stop.code, file=sys.stderr)
-            code = 1
-    except BaseException as error:  # uncaught: its traceback from the code's own frames on
-        tb = error.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>"):
-            tb = tb.tb_next
-        traceback.print_exception(type(error), error, tb)
-        code = 1
-    # The interpreter's own exit, without unwinding into the server's loop.
+        conn.sendall(f"pid {pid}\n".encode())
+    except OSError:  # the client is gone; the child is reaped all the same
+        pass
+    _Serving.clients[pid] = conn
     try:
-        threading._shutdown()
-        atexit._run_exitfuncs()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _Serving.pidfds[os.pidfd_open(pid)] = pid
+    except (AttributeError, OSError):  # no pidfd (Linux before 5.3): _reap polls
+        pass
 
+
+def stopped() -> None:
+    """(Called from C.) The serving thread has stopped."""
+    _Serving.stop.set()
+
+
+def _let_go() -> None:
+    """In a child: close what the server held (its socket, its clients' connections)."""
+    for conn in _Serving.clients.values():
+        conn.close()
+    for pidfd in _Serving.pidfds:
+        os.close(pidfd)
+    if _Serving.listener is not None:
+        _Serving.listener.close()
+    _Serving.clients, _Serving.pidfds, _Serving.listener = {}, {}, None
+
+
+def _new_stdio(unbuffered: bool) -> None:
+    """sys.stdin, sys.stdout and sys.stderr as a new interpreter makes them over fds 0-2
+    (Python/pylifecycle.c, create_stdio): -u or PYTHONUNBUFFERED writes through."""
+    import io
+
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        old = getattr(sys, f"__{name}__") or getattr(sys, name)
+        writing = fd > 0
+        buffered = not (unbuffered and writing)
+        buffer = io.open(fd, "wb" if writing else "rb", buffering=-1 if buffered else 0,
+                         closefd=False)
+        raw = buffer.raw if buffered else buffer
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(buffer, old.encoding, old.errors, newline="\n",
+                                  line_buffering=not unbuffered and (raw.isatty() or fd == 2),
+                                  write_through=unbuffered)
+        stream.mode = "w" if writing else "r"
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _reset_signals() -> None:
+    """Signal handlers and mask as a new interpreter has them."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for number in signal.valid_signals():
+        handler = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
+                   signal.SIGXFSZ: signal.SIG_IGN}.get(number, signal.SIG_DFL)
+        try:
+            if signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
+        except (OSError, ValueError, RuntimeError):  # SIGKILL, SIGSTOP, real-time ones
+            pass
+
+
+def _fresh_main() -> None:
+    """An empty __main__, as Python makes one (runpy and PyRun fill in the rest)."""
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__annotations__ = {}
+    main.__builtins__ = builtins
+    sys.modules["__main__"] = main
+
+
+def _forget_tools() -> None:
+    """The server's own modules (this one, `tools`) are not a worker's: a script's own
+    `tools` must import from its folder."""
+    for name in [n for n in sys.modules if n == "tools" or n.startswith("tools.")]:
+        del sys.modules[name]
+    root = str(Path(__file__).resolve().parent.parent)
+    sys.path_importer_cache.pop(root, None)
+
+
+def become(request: dict):
+    """(Called from C, in the child.) Become the process the request asks for; return
+    what C is to do: run a file or a module, or exit."""
+    stdin, stdout, stderr = request["_fds"]
+    conn = request["_conn"]
+    _let_go()
+    conn.close()
+    os.setsid()  # a session and process group of its own (Popen's start_new_session)
+    _reset_signals()
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+    for fd in {stdin, stdout, stderr} - {0, 1, 2}:
+        os.close(fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # nothing left open from the server
+    os.chdir(request["cwd"])
+    env = request["env"]
+    os.environ.clear()  # unsetenv each, then putenv each: the C environment too
+    os.environ.update(env)
+    _new_stdio(bool(request.get("unbuffered")) or bool(env.get("PYTHONUNBUFFERED")))
+    _fresh_main()
+    _forget_tools()
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None  # found again from this environment
+    _reseed()
+    threads = env.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))  # torchrun's 1, read at import
+    sys.orig_argv = list(request["orig_argv"])
+    _retitle(sys.orig_argv, env)
+    gc.collect()  # what the server's code left, now, not during the script
+    if request["kind"] == "torchrun":
+        sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first
+        sys.modules.pop("torch.distributed.run", None)  # it runs again, as __main__
+        sys.path[0] = os.getcwd()
+        return _start_worker_server()
+    script = request["script"]
+    path = os.path.abspath(script)
+    sys.argv = [script, *request["args"]]
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        print(f"{sys.orig_argv[0]}: can't open file {path!r}: [Errno {error.errno}] "
+              f"{error.strerror}", file=sys.stderr, flush=True)
+        return ("exit", 2)
+    if os.path.isdir(path):
+        print(f"{sys.orig_argv[0]}: {path!r} is a directory, cannot continue",
+              file=sys.stderr, flush=True)
+        return ("exit", 1)
+    return ("run_file", path)
+
+
+def _reseed() -> None:
+    """A new process seeds these itself, each differently: a fork would share them."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.default_generator.seed()
+    random = sys.modules.get("numpy.random")
+    if random is not None:
+        random.seed()
+
+
+# ------------------------------------------------- a torchrun and the server of its workers
+
+class _Agent:
+    address: str | None = None  # the socket of this torchrun's own server
+    env: dict = {}
+
+
+def _start_worker_server():
+    """In a warm torchrun, before torchrun runs: open the socket of a server for its
+    workers, then fork it (`after_fork`)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # An abstract name: nothing on disk to remove, gone with its last holder.
+    address = f"\0ddp-course-workers-{os.getpid()}-{time.monotonic_ns()}"
+    listener.bind(address)
+    listener.listen(64)
+    _Serving.listener, _Agent.address, _Agent.env = listener, address, dict(os.environ)
+    return ("fork",)
+
+
+def after_fork(pid: int):
+    """(Called from C.) In the torchrun (pid > 0): run torchrun, its workers forked by the
+    server forked just now. In that server (pid 0): serve."""
+    if pid == 0:
+        _Serving.parent = os.getppid()
+        _Serving.env = dict(os.environ)
+        _Serving.worker_server = True
+        os.setpgid(0, 0)  # out of torchrun's group: a signal to the group is not for it
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with torchrun
+        if os.getppid() != _Serving.parent:
+            os._exit(0)
+        _retitle([sys.orig_argv[0], "-m", "tools.zygote", "--workers-of", str(_Serving.parent)],
+                 None)
+        return ("serve",)
+    _Serving.listener.close()
+    _Serving.listener = None
+    _patch_torchrun()
+    return ("run_module", "torch.distributed.run")
+
+
+def _patch_torchrun() -> None:
+    """torchrun starts each worker with SubprocessHandler._popen: ask our worker server
+    instead, where it can make a worker that a cold one would be."""
+    from torch.distributed.elastic.multiprocessing.subprocess_handler import (
+        subprocess_handler,
+    )
+
+    handler = subprocess_handler.SubprocessHandler
+    cold = handler._popen
+
+    def _popen(self, args, env):
+        warm = _start_worker(tuple(map(str, args)), env, self._stdout, self._stderr)
+        return warm if warm is not None else cold(self, args, env)
+
+    handler._popen = _popen
+
+
+def _start_worker(args: tuple, env: dict, stdout, stderr):
+    """A warm `python -u SCRIPT ARGS` for torchrun, or None (torchrun's Popen then)."""
+    if (len(args) < 3 or args[0] != sys.executable or args[1] != "-u"
+            or args[2].startswith("-") or _Agent.address is None
+            or not same_start(env, _Agent.env, worker=True)):
+        return None
+    request = {"kind": "script", "script": args[2], "args": list(args[3:]),
+               "orig_argv": list(args), "cwd": os.getcwd(), "env": env, "unbuffered": True}
+    fds = [0, stdout.fileno() if stdout else 1, stderr.fileno() if stderr else 2]
+    try:
+        return WarmProcess(_Agent.address, request, fds)
+    except Declined:
+        return None
+
+
+# ------------------------------------------------------------------- the server's main()
 
 def serve(path: str, parent: int) -> None:
-    import torch.distributed.run  # noqa: F401  the import every torchrun pays
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through the `finally`
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path + ".new")
-    server.listen(16)
+    os.environ.pop(ROOM_VARIABLE, None)  # its bytes stay, as room for children's environs
+    _retitle([sys.executable, "-m", "tools.zygote", path, str(parent)], None)
+    lib = ctypes.PyDLL(str(library()))
+    # The environment before the imports: they may add to it (torch._dynamo sets
+    # TORCHINDUCTOR_CACHE_DIR, which torch._inductor sets again whenever it needs it).
+    _Serving.parent, _Serving.env = parent, dict(os.environ)
+    for name in PRELOAD:
+        __import__(name)
+    gc.collect()
+    gc.freeze()  # the children's collections and exits leave all of this alone
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    _Serving.listener = listener
     os.rename(path + ".new", path)  # the path appears once it accepts connections
-    clients: dict[int, socket.socket] = {}
+
+    def leave(*_):
+        _Serving.stop.set()
+
+    signal.signal(signal.SIGTERM, leave)
+    lib.warm_fork_start.argtypes = [ctypes.py_object]
+    if lib.warm_fork_start(sys.modules[__name__]) != 0:
+        raise RuntimeError("could not start the serving thread")
     try:
-        _loop(server, clients, parent)
-    finally:  # also when the launcher's process died without stopping this server
-        os.unlink(path)
-        os.rmdir(os.path.dirname(path))
-
-
-def _loop(server: socket.socket, clients: dict, parent: int) -> None:
-    while os.getppid() == parent:  # the launcher's process is gone: so is this server
-        ready, _, _ = select.select([server], [], [], 0.05)
-        if ready:
-            conn, _ = server.accept()
-            conn.settimeout(10)
+        while not _Serving.stop.wait(0.2) and os.getppid() == parent:
+            pass
+    finally:
+        for name in (path, path + ".new"):
             try:
-                data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 2)
-                while not data.endswith(b"\n"):  # a long environment comes in pieces
-                    more = conn.recv(1 << 16)
-                    if not more:
-                        raise ConnectionError("the launcher left mid-request")
-                    data += more
+                os.unlink(name)
             except OSError:
-                conn.close()
-                continue
-            pid = os.fork()
-            if pid == 0:
-                server.close()
-                conn.close()
-                for other in clients.values():
-                    other.close()
-                _child(json.loads(data.decode()), fds[0], fds[-1])
-            for fd in fds:
-                os.close(fd)
-            try:
-                conn.sendall(f"pid {pid}\n".encode())
-            except OSError:  # the launcher is gone; the child is reaped below all the same
                 pass
-            clients[pid] = conn
-        while clients:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = clients.pop(pid, None)
-            if conn is not None:
-                try:
-                    conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-                except OSError:
-                    pass
-                conn.close()
+        try:
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+        sys.stdout.flush()
+        os._exit(0)  # not a finalization racing the serving thread
+
+
+# -------------------------------------------------------------------------- the clients
+
+class Declined(RuntimeError):
+    """The server will not fork this one (the reason is the message): start it cold."""
 
 
 class WarmProcess:
-    """A torchrun (or, given `script`, a `python SCRIPT ARGS`) forked by the server, with
-    the part of `subprocess.Popen` the launcher uses: pid, args, stdout, poll(), wait(),
-    returncode. Its standard error goes to stdout, or to a pipe of its own (`stderr`) when
-    `separate_stderr`."""
+    """A process forked by a server, with the part of `subprocess.Popen` the launcher and
+    torchrun use: pid, args, poll(), wait(), send_signal(), terminate(), kill(),
+    returncode. The caller passes the child's stdin, stdout and stderr (and keeps its own
+    copies)."""
 
-    def __init__(self, server: Server, args: list[str], cwd, env: dict,
-                 script: str | None = None, separate_stderr: bool = False):
-        self.args = [script or "torch.distributed.run", *args]
+    def __init__(self, address: str, request: dict, fds: list[int]):
+        self.args = request["orig_argv"]
         self.returncode = None
-        pipes = [os.pipe() for _ in range(2 if separate_stderr else 1)]
+        self.stdout = self.stderr = None
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        request = {"args": args, "cwd": str(cwd), "env": env}
-        if script is not None:
-            request["script"] = str(script)
-        try:
-            self._conn.connect(server.path)
-            message = json.dumps(request).encode() + b"\n"
-            socket.send_fds(self._conn, [message], [write for _, write in pipes])
-        finally:
-            for _, write in pipes:
-                os.close(write)
-        self.stdout = open(pipes[0][0], errors="replace", buffering=1)
-        self.stderr = open(pipes[1][0], errors="replace", buffering=1) if separate_stderr else None
         self._buffer = b""
-        self.pid = int(self._line(None).split()[1])
+        try:
+            self._conn.connect(address)
+            message = json.dumps(request).encode(errors="surrogateescape") + b"\n"
+            socket.send_fds(self._conn, [message], fds)
+            answer = self._line(60)
+        except OSError as error:
+            self._conn.close()
+            raise Declined(f"the server did not answer: {error}") from error
+        if answer is None or not answer.startswith("pid "):
+            self._conn.close()
+            raise Declined(answer[5:] if answer and answer.startswith("cold ")
+                           else f"the server answered {answer!r}")
+        self.pid = int(answer.split()[1])
 
     def _line(self, timeout: float | None) -> str | None:
         while b"\n" not in self._buffer:
@@ -212,7 +576,6 @@ class WarmProcess:
 
     def poll(self):
         if self.returncode is None:
-            self._conn.setblocking(False)
             line = self._line(0)
             if line is not None:
                 self.returncode = int(line.split()[1])
@@ -228,17 +591,34 @@ class WarmProcess:
             self._conn.close()
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
 
 class Server:
     def __init__(self, env: dict):
         self.env = dict(env)
         self.folder = tempfile.mkdtemp(prefix="ddp-course-zygote-")
         self.path = os.path.join(self.folder, "socket")
+        room = " " * ARGV_ROOM  # room for a child's command line, then for its environment
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid())],
-            cwd=Path(__file__).resolve().parent.parent, env=self.env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+            [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid()), room],
+            cwd=Path(__file__).resolve().parent.parent,
+            env={**self.env, ROOM_VARIABLE: "x" * ENV_ROOM},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            text=True, errors="replace", start_new_session=True)
         self.ready = False
+        self.why_not: str | None = None
         atexit.register(self.stop)
 
     def wait_ready(self) -> bool:
@@ -247,6 +627,11 @@ class Server:
             if os.path.exists(self.path):
                 return True
             time.sleep(0.02)
+        if self.proc.poll() is not None:
+            lines = self.proc.stderr.read().strip().splitlines()
+            self.why_not = lines[-1] if lines else f"it exited with {self.proc.returncode}"
+        else:
+            self.why_not = f"it was not ready after {START_TIMEOUT_S:g} s"
         return False
 
     def stop(self) -> None:
@@ -257,6 +642,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.proc.stderr.close()
         try:
             os.unlink(self.path)
         except OSError:
@@ -269,6 +655,7 @@ class Server:
 
 _server: Server | None = None
 _lock = threading.Lock()
+why_cold: str | None = None  # why this process's launches are cold, once it is known
 
 
 def usable() -> bool:
@@ -288,39 +675,80 @@ def _server_for(env: dict, default_env: dict) -> Server | None:
     """The running server, started on first use with `default_env` (the environment of a
     launch that sets no variables of its own), if a process started in `env` may come
     from it; else None."""
-    global _server
+    global _server, why_cold
     if not usable():
         return None
     with _lock:
         if _server is None:
             _server = Server(default_env)
         if not _server.ready:
+            if _server.why_not is not None:
+                return None
             _server.ready = _server.wait_ready()
             if not _server.ready:
-                _server.stop()
-                raise RuntimeError("the warm torchrun server did not start")
+                why_cold = f"the warm server did not start: {_server.why_not}"
+                return None
         if not same_start(env, _server.env) or _server.proc.poll() is not None:
             return None
         return _server
 
 
+def _pipes(separate_stderr: bool):
+    """(stdin, stdout, stderr) for a child and the read ends for us."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.pipe()
+    err = os.pipe() if separate_stderr else None
+    fds = [null, out[1], (err or out)[1]]
+    return fds, out[0], (err[0] if err else None)
+
+
+def _spawn(server: Server, request: dict, separate_stderr: bool = False):
+    fds, out, err = _pipes(separate_stderr)
+    try:
+        proc = WarmProcess(server.path, request, fds)
+    except Declined:
+        for fd in {out, err} - {None}:
+            os.close(fd)
+        return None
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+    proc.stdout = open(out, errors="replace", buffering=1)
+    proc.stderr = open(err, errors="replace", buffering=1) if err is not None else None
+    return proc
+
+
 def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
-    """A warm torchrun running `torchrun_args`, or None (the caller starts a cold one) when
-    none can be used for this environment."""
+    """A warm `python -m torch.distributed.run ARGS`, its stdout and stderr in one pipe
+    (`.stdout`), or None (the caller starts a cold one)."""
     server = _server_for(env, default_env)
-    return None if server is None else WarmProcess(server, torchrun_args, cwd, env)
+    if server is None:
+        return None
+    request = {"kind": "torchrun", "args": list(torchrun_args), "cwd": str(cwd), "env": env,
+               "orig_argv": [sys.executable, "-m", "torch.distributed.run", *torchrun_args]}
+    return _spawn(server, request)
+
+
+def start_script(script, args: list[str], cwd, env: dict, default_env: dict,
+                 separate_stderr: bool = False):
+    """A warm `python SCRIPT ARGS` (stdout and stderr in `.stdout`, or apart), or None."""
+    server = _server_for(env, default_env)
+    if server is None:
+        return None
+    request = {"kind": "script", "script": str(script), "args": list(map(str, args)),
+               "cwd": str(cwd), "env": env,
+               "orig_argv": [sys.executable, str(script), *map(str, args)]}
+    return _spawn(server, request, separate_stderr)
 
 
 def run_script(script, args: list[str], cwd, env: dict,
                timeout: float) -> subprocess.CompletedProcess | None:
     """`python SCRIPT ARGS` in a warm interpreter, reported as `subprocess.run(...,
     capture_output=True, text=True, timeout=timeout)` would; None (the caller runs a cold
-    one) when none can be used for this environment. For the course's checks that start
-    every script without torchrun: each is otherwise mostly `import torch`."""
-    server = _server_for(env, env)
-    if server is None:
+    one) when none can be used for this environment."""
+    proc = start_script(script, args, cwd, env, env, separate_stderr=True)
+    if proc is None:
         return None
-    proc = WarmProcess(server, list(args), cwd, env, script=str(script), separate_stderr=True)
     texts: dict[str, str] = {}
     readers = [threading.Thread(target=lambda name=name: texts.update(
         {name: getattr(proc, name).read()}), daemon=True) for name in ("stdout", "stderr")]
