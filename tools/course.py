@@ -157,6 +157,15 @@ def changed_parameters(nb, parameters: dict) -> dict:
     return {k: v for k, v in parameters.items() if k not in defaults or defaults[k] != v}
 
 
+def share_warm_server() -> None:
+    """One warm server (tools/zygote.py) for every lesson this process executes: each
+    lesson's kernel finds it through the environment, instead of starting its own and
+    importing torch again (about 3 s a lesson on 2 cores)."""
+    from tools import launch, zygote
+
+    zygote.share(launch.launch_environment())
+
+
 def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD_SIZE,
             extra_parameters: dict | None = None) -> float:
     """Execute notebook `nb` (a NotebookNode) with papermill inside `workspace/notebooks`,
@@ -167,6 +176,7 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
 
     from tools.exercises import without_grading_cells
 
+    share_warm_server()
     nb = without_grading_cells(nb)  # hidden checks and near misses run only when grading
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)

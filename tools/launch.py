@@ -51,6 +51,9 @@ LAUNCHER_VARIABLES = (
     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+    "DDP_COURSE_ZYGOTE",  # the warm server this process uses (tools/zygote.py), not theirs
+    "DDP_COURSE_LAUNCH_LOG",  # where this process records its launches
+    "DDP_COURSE_COLD_LAUNCH",  # how this process launches
 )
 
 TAIL_LINES = 40
@@ -88,6 +91,8 @@ class LaunchResult:
     # that each poll their file, so a rank's last error can come out *before* the stdout
     # lines it printed earlier; the files keep the streams apart.
     stderr_by_rank: dict[int, str] = field(default_factory=dict)
+    # Whether every process was forked warm (tools/zygote.py) rather than started anew.
+    warm: bool = False
 
     @property
     def ok(self) -> bool:
@@ -299,9 +304,9 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
             print(f"{p.host}$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
                   flush=True)
     try:
-        returncode, output, seconds, timed_out = _run(processes, base_env, cwd, timeout,
-                                                      echo, default_env)
-        result = LaunchResult(command, returncode, output, seconds, timed_out)
+        returncode, output, seconds, timed_out, warm = _run(processes, base_env, cwd, timeout,
+                                                            echo, default_env)
+        result = LaunchResult(command, returncode, output, seconds, timed_out, warm=warm)
         for p in processes:
             if p.log_dir is not None:
                 result.stderr_by_rank.update(last_attempt_stderr(p.log_dir))
@@ -318,6 +323,7 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
             if p.log_dir is not None:
                 shutil.rmtree(p.log_dir, ignore_errors=True)
 
+    record(result, cwd)
     shown = command.replace("\n", " & ")
     if timed_out:
         if expect_failure:
@@ -444,8 +450,29 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
         proc.stdout.close()
     if not returncode and not timed_out:
         returncode = next((proc.returncode for proc in running if proc.returncode), 0)
+    warm = all(type(proc).__name__ == "WarmProcess" for proc in running)
     return (None if timed_out else returncode), "".join(captured), \
-        time.monotonic() - start, timed_out
+        time.monotonic() - start, timed_out, warm
+
+
+LOG = "DDP_COURSE_LAUNCH_LOG"  # a file to which every launch adds a line of JSON
+
+
+def record(result: LaunchResult, cwd) -> None:
+    """Where LOG names a file, add this launch to it: its command, how it ended, its output
+    and JSON, and whether it was warm (tools/compare_launches.py compares two such logs)."""
+    path = os.environ.get(LOG)
+    if not path:
+        return
+    from tools import zygote
+
+    line = json.dumps({"command": result.command, "cwd": str(cwd), "warm": result.warm,
+                       "why_cold": None if result.warm else zygote.why_cold,
+                       "returncode": result.returncode, "timed_out": result.timed_out,
+                       "seconds": round(result.seconds, 3), "output": result.output,
+                       "data": result.data})
+    with open(path, "a") as f:
+        f.write(line + "\n")
 
 
 def last_attempt_stderr(log_dir: Path) -> dict[int, str]:

@@ -72,7 +72,16 @@ OFF = "DDP_COURSE_COLD_LAUNCH"
 # forked from the server would not see a new value of one.
 READ_AT_START = ("TORCH", "PYTORCH", "C10", "PYTHON", "LOGLEVEL", "OMP", "MKL", "KMP",
                  "GOMP", "OPENBLAS", "NPY", "CUDA", "NCCL", "GLOO", "LD_", "MALLOC",
-                 "DDP_COURSE", "LANG", "LC_", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME")
+                 "LANG", "LC_", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME")
+# Names among those that are read only when used (a process group, a rendezvous, a
+# torch.load), never at start-up: a warm process sees them as a cold one does
+# (tests/test_warm.py shows it for each).
+READ_WHEN_USED = ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "GLOO_SOCKET_IFNAME",
+                  "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
+                  "CUDA_VISIBLE_DEVICES")  # CUDA's: the server never initialises CUDA
+# A running server's socket, for the launchers of child processes (the lessons' kernels
+# under `make course` and `make test`): they use it instead of starting their own.
+SHARED = "DDP_COURSE_ZYGOTE"
 # What torchrun adds for each worker, read when the worker uses it (not at import);
 # OMP_NUM_THREADS is applied by `become` (torch.set_num_threads).
 WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
@@ -88,17 +97,28 @@ ARGV_ROOM = 4000  # bytes for its /proc/self/cmdline (the kernel shows one page 
 SOURCE = Path(__file__).with_name("warm_fork.c")
 
 
-def same_start(env: dict, other: dict, worker: bool = False) -> bool:
-    """Whether a process started in `env` starts like one started in `other`; with
-    `worker`, torchrun's variables for its workers may differ too."""
-    for name in env.keys() | other.keys():
-        if env.get(name) == other.get(name):
+def start_differences(env: dict, other: dict, worker: bool = False,
+                      set_by_imports: dict | None = None) -> list[str]:
+    """The variables read at start-up in which `env` differs from `other` (a process started
+    in one would not start like one started in the other); with `worker`, torchrun's
+    variables for its workers may differ too. `set_by_imports`: what the server's imports
+    put in its environment (a launch may hold the same values)."""
+    found = []
+    for name in sorted(env.keys() | other.keys()):
+        if env.get(name) == other.get(name) or name in READ_WHEN_USED or name == SHARED:
+            continue
+        if set_by_imports and env.get(name) == set_by_imports.get(name, ...):
             continue
         if worker and (name in WORKER_VARIABLES or name.startswith(WORKER_PREFIXES)):
             continue
         if name.upper().startswith(READ_AT_START):
-            return False
-    return True
+            found.append(name)
+    return found
+
+
+def same_start(env: dict, other: dict, worker: bool = False) -> bool:
+    """Whether a process started in `env` starts like one started in `other`."""
+    return not start_differences(env, other, worker)
 
 
 # ---------------------------------------------------------------- the C part, built once
@@ -153,6 +173,7 @@ class _Serving:
     clients: dict = {}  # pid -> the connection that asked for it
     pidfds: dict = {}  # pidfd -> pid: select wakes up when a child ends
     env: dict = {}  # the environment this process started its work in
+    set_by_imports: dict = {}  # what the server's imports added to its environment
     worker_server = False  # a torchrun's own server (its children are workers)
     stop = threading.Event()
 
@@ -193,8 +214,10 @@ def _fits(request: dict) -> str | None:
         return "its command line is longer than the room for /proc/self/cmdline"
     if len(_environ_block(request["env"])) > env_end - env_start:
         return "its environment is larger than the room for /proc/self/environ"
-    if not same_start(request["env"], _Serving.env, worker=_Serving.worker_server):
-        return "its environment sets a variable read at start-up"
+    differ = start_differences(request["env"], _Serving.env, _Serving.worker_server,
+                               _Serving.set_by_imports)
+    if differ:
+        return f"its environment differs in {', '.join(differ)}, read at start-up"
     return None
 
 
@@ -496,6 +519,7 @@ def serve(path: str, parent: int) -> None:
     _Serving.parent, _Serving.env = parent, dict(os.environ)
     for name in PRELOAD:
         __import__(name)
+    _Serving.set_by_imports = {k: v for k, v in os.environ.items() if _Serving.env.get(k) != v}
     gc.collect()
     gc.freeze()  # the children's collections and exits leave all of this alone
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -634,6 +658,9 @@ class Server:
             self.why_not = f"it was not ready after {START_TIMEOUT_S:g} s"
         return False
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()  # the server removes its socket and folder
@@ -653,9 +680,9 @@ class Server:
             pass
 
 
-_server: Server | None = None
+_server = None  # a Server, or a Shared one
 _lock = threading.Lock()
-why_cold: str | None = None  # why this process's launches are cold, once it is known
+why_cold: str | None = None  # why this process's last launch was cold
 
 
 def usable() -> bool:
@@ -664,23 +691,59 @@ def usable() -> bool:
 
 
 def prestart(default_env: dict) -> None:
-    """Start the server without waiting for it."""
+    """Start the server without waiting for it (unless SHARED names one)."""
     global _server
     with _lock:
         if _server is None and usable():
-            _server = Server(default_env)
+            shared = os.environ.get(SHARED)
+            _server = Shared(shared) if shared else Server(default_env)
 
 
-def _server_for(env: dict, default_env: dict) -> Server | None:
-    """The running server, started on first use with `default_env` (the environment of a
-    launch that sets no variables of its own), if a process started in `env` may come
-    from it; else None."""
+class Shared:
+    """A server started by another process (`share`), found through SHARED: it checks each
+    request's environment against its own, and declines those it cannot serve."""
+
+    def __init__(self, path: str):
+        self.path, self.env, self.proc, self.why_not = path, None, None, None
+        self.ready = False
+
+    def wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if os.path.exists(self.path):
+                return True
+            time.sleep(0.02)
+        self.why_not = f"the shared server's socket {self.path} did not appear"
+        return False
+
+    def alive(self) -> bool:
+        return os.path.exists(self.path)
+
+    def stop(self) -> None:
+        pass
+
+
+def share(default_env: dict) -> None:
+    """Start this process's server (if it has none yet) and let the processes it starts
+    use it: they inherit SHARED. For `make course` and `make test`, whose lessons each run
+    in a new kernel: one server for all, instead of one import of torch per lesson."""
+    prestart(default_env)
+    if isinstance(_server, Server):
+        os.environ[SHARED] = _server.path
+
+
+def _server_for(env: dict, default_env: dict):
+    """The server, started on first use with `default_env` (the environment of a launch
+    that sets no variables of its own) unless SHARED names one, if a process started in
+    `env` may come from it; else None."""
     global _server, why_cold
-    if not usable():
+    if not usable() or env.get(OFF, "") not in ("", "0"):
+        why_cold = f"{OFF}=1, or not on Linux"
         return None
     with _lock:
         if _server is None:
-            _server = Server(default_env)
+            shared = os.environ.get(SHARED)
+            _server = Shared(shared) if shared else Server(default_env)
         if not _server.ready:
             if _server.why_not is not None:
                 return None
@@ -688,7 +751,8 @@ def _server_for(env: dict, default_env: dict) -> Server | None:
             if not _server.ready:
                 why_cold = f"the warm server did not start: {_server.why_not}"
                 return None
-        if not same_start(env, _server.env) or _server.proc.poll() is not None:
+        if not _server.alive():
+            why_cold = "the warm server has stopped"
             return None
         return _server
 
@@ -704,9 +768,11 @@ def _pipes(separate_stderr: bool):
 
 def _spawn(server: Server, request: dict, separate_stderr: bool = False):
     fds, out, err = _pipes(separate_stderr)
+    global why_cold
     try:
         proc = WarmProcess(server.path, request, fds)
-    except Declined:
+    except Declined as declined:
+        why_cold = str(declined)
         for fd in {out, err} - {None}:
             os.close(fd)
         return None

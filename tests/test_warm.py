@@ -1,0 +1,206 @@
+"""Warm launches (tools/zygote.py): a process forked from the warm server is, for what a
+lesson can see, the process a cold launch starts. What still differs, and why:
+
+* its parent: a warm torchrun's workers are the children of that torchrun's own server
+  (`python -m tools.zygote --workers-of PID`), not of torchrun; a plain `python SCRIPT`
+  is the child of the server, not of the launching process;
+* the modules the server imported are already imported (torch, torch._dynamo, numpy,
+  torch.distributed.run), with what their imports did: one more warnings filter (sympy's,
+  from torch._dynamo). That is also why a script that imports torch._dynamo only after
+  its process group exists behaves, warm, as one that imported it first (tests that show
+  the difference launch cold);
+* /proc/PID/cmdline holds the command line as one string (as after setproctitle), and
+  /proc/PID/environ ends in padding NULs;
+* the hash seed of str and bytes (PYTHONHASHSEED) is the server's, shared by its children.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tools import zygote
+from tools.compare_launches import compare
+from tools.launch import REPO, launch, launch_ranks
+
+pytestmark = pytest.mark.skipif(not zygote.usable(), reason="warm launches are Linux only")
+
+RANDOM = ("torch_random", "numpy_random", "python_random")
+PER_RUN = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "MASTER_PORT", zygote.OFF)
+
+
+def tagged(result, tag: str) -> dict:
+    """{rank label: the JSON the fixture printed after `tag`}."""
+    found = {}
+    for line in result.output.splitlines():
+        if tag + " " in line:
+            label, text = line.split(tag + " ", 1)
+            found[label] = json.loads(text)
+    return found
+
+
+def warm_and_cold(run, monkeypatch):
+    warm = run()
+    with monkeypatch.context() as cold_only:
+        cold_only.setenv(zygote.OFF, "1")
+        cold = run()
+    assert warm.warm and not cold.warm, (warm.warm, cold.warm)
+    return warm, cold
+
+
+def without_per_run(probe: dict) -> dict:
+    """A probe less what differs between any two runs, warm or cold."""
+    probe = dict(probe)
+    probe["environ"] = {k: v for k, v in probe["environ"].items() if k not in PER_RUN}
+    probe["proc_environ"] = [v for v in probe["proc_environ"]
+                             if v.split("=", 1)[0] not in PER_RUN]
+    for name in (*RANDOM, "parent"):
+        probe.pop(name)
+    return probe
+
+
+LAUNCHES = {
+    "torchrun": lambda: launch("tests/fixtures/probe.py", nproc=2, timeout=90, echo=False),
+    "launch_ranks": lambda: launch_ranks("tests/fixtures/probe.py", nproc=2, timeout=90,
+                                         echo=False),
+    "python": lambda: launch("tests/fixtures/probe.py", nproc=None, timeout=90, echo=False),
+}
+
+
+@pytest.mark.parametrize("how", LAUNCHES)
+def test_a_warm_process_sees_what_a_cold_one_sees(how, monkeypatch):
+    warm, cold = (tagged(r, "PROBE") for r in warm_and_cold(LAUNCHES[how], monkeypatch))
+    assert sorted(warm) == sorted(cold) and len(warm) == (1 if how == "python" else 2)
+    for label in warm:
+        w, c = without_per_run(warm[label]), without_per_run(cold[label])
+        assert w.pop("warnings_filters") == c.pop("warnings_filters") + 1  # sympy's filter
+        different = {k: (w[k], c[k]) for k in w if w[k] != c[k]}
+        assert not different, f"{label}: warm and cold differ in {different}"
+        # The stack, the streams and the threads, spelled out (they are in the comparison)
+        assert w["stack"] == ["<module> (probe.py)"]
+        assert w["threads"] == ["MainThread"] and w["main_thread"]
+        assert w["torch_threads"] == (1 if how == "torchrun" else c["torch_threads"])
+        assert not w["cuda_initialized"] and w["session_leader"]
+        assert w["fds"] == [0, 1, 2, 3]  # its three streams, and the listing's own
+    # Warm really was warm: the parent is a warm server, not torchrun or this process
+    for label in warm:
+        assert "-m tools.zygote" in warm[label]["parent"], warm[label]["parent"]
+        assert "-m tools.zygote" not in cold[label]["parent"], cold[label]["parent"]
+    # Each process drew its own random numbers, warm as cold (a fork shares its parent's)
+    for key in RANDOM:
+        assert len({probe[key] for probe in warm.values()}) == len(warm), key
+
+
+def test_variables_read_when_used_reach_a_warm_worker(monkeypatch):
+    """The variables a launch may set and still be warm (zygote.READ_WHEN_USED) do to a
+    warm worker what they do to a cold one."""
+    def seen(env):
+        return warm_and_cold(lambda: launch("tests/fixtures/when_used.py", nproc=2,
+                                            timeout=90, echo=False, env=env), monkeypatch)
+
+    default_warm, default_cold = (tagged(r, "WHEN_USED") for r in seen({}))
+    assert default_warm == default_cold
+    assert default_warm["[default0]:"]["recorded"] > 2  # the 3 all-reduces and the join
+    assert default_warm["[default0]:"]["loaded"] == "refused"  # weights_only=True
+    changed = {"TORCH_FR_BUFFER_SIZE": "2", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1",
+               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "CUDA_VISIBLE_DEVICES": "",
+               "TORCH_FR_DUMP_TEMP_FILE": str(Path(tempfile.gettempdir()) / "unused_")}
+    warm, cold = (tagged(r, "WHEN_USED") for r in seen(changed))
+    assert warm == cold
+    for rank in warm.values():
+        assert rank["recorded"] == 2 and rank["loaded"] == "NotATensor"
+        assert rank["agent_store"] == "False" and rank["gpus"] == 0
+    # GLOO_SOCKET_IFNAME: an interface that does not exist stops both alike
+    bad = {"GLOO_SOCKET_IFNAME": "nosuch0"}
+    failed = warm_and_cold(lambda: launch("tests/fixtures/when_used.py", "--gloo-only",
+                                          nproc=2, timeout=90, echo=False, env=bad,
+                                          expect_failure=True), monkeypatch)
+    for result in failed:
+        assert result.returncode == 1 and "nosuch0" in result.output
+
+
+def test_a_variable_read_at_start_up_gets_a_cold_worker():
+    """TORCH_DISTRIBUTED_DEBUG is read when torch.distributed is imported: a launch that
+    sets it is cold, and its ranks see it."""
+    result = launch("tests/fixtures/when_used.py", nproc=2, timeout=90, echo=False,
+                    env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert not result.warm
+    assert tagged(result, "WHEN_USED")["[default0]:"]["debug"] == "DebugLevel.DETAIL"
+
+
+def test_the_servers_imports_read_none_of_the_variables_read_when_used(tmp_path):
+    """Why READ_WHEN_USED may differ: the imports the server makes (zygote.PRELOAD) do not
+    look them up, in C (getenv) or in Python (os.environ); they do look up the variables
+    that must send a launch cold (the check sees lookups at all)."""
+    shim = tmp_path / "getenv_log.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(shim),
+                    str(REPO / "tests" / "fixtures" / "getenv_log.c"), "-ldl"], check=True)
+    code = ("import os, sys\n"
+            "looked_up = []\n"
+            "environ = type(os.environ)\n"
+            "original = environ.__getitem__\n"
+            "def recorded(self, key):\n"
+            "    looked_up.append(key)\n"
+            "    return original(self, key)\n"
+            "environ.__getitem__ = recorded\n"
+            f"for name in {zygote.PRELOAD!r}:\n"
+            "    __import__(name)\n"
+            "environ.__getitem__ = original\n"
+            "with open(sys.argv[1], 'a') as log:\n"
+            "    log.write('\\n'.join(looked_up) + '\\n')\n")
+    log = tmp_path / "names"
+    subprocess.run([sys.executable, "-c", code, str(log)], check=True, timeout=300,
+                   env={**os.environ, "LD_PRELOAD": str(shim), "GETENV_LOG": str(log)})
+    names = set(log.read_text().split())
+    assert {"TORCH_DISTRIBUTED_DEBUG", "TORCH_CPP_LOG_LEVEL", "OMP_NUM_THREADS"} <= names
+    assert not names & set(zygote.READ_WHEN_USED), names & set(zygote.READ_WHEN_USED)
+
+
+ENDINGS = ["exit3", "raise", "os_exit", "sigkill", "atexit", "open_file", "keyboard"]
+
+
+@pytest.mark.parametrize("how", ENDINGS)
+def test_a_warm_process_ends_as_python_ends(how, tmp_path, monkeypatch):
+    """Exit statuses, tracebacks, atexit, and a file left open (flushed when the
+    interpreter finalizes): warm as cold."""
+    def run():
+        target = tmp_path / f"left-open-{len(list(tmp_path.iterdir()))}"
+        result = launch("tests/fixtures/endings.py", how, target, nproc=None, timeout=60,
+                        echo=False, expect_failure=how not in ("atexit", "open_file"))
+        return result, target.read_text() if target.exists() else None
+
+    (warm, warm_file), (cold, cold_file) = warm_and_cold_pair(run, monkeypatch)
+    assert (warm.returncode, warm.output, warm_file) == (cold.returncode, cold.output,
+                                                         cold_file)
+    expected = {"exit3": 3, "raise": 1, "os_exit": 5, "sigkill": -9, "atexit": 0,
+                "open_file": 0, "keyboard": -2}[how]
+    assert warm.returncode == expected
+    if how == "raise":
+        assert warm.output.startswith("Traceback (most recent call last):\n  File \"")
+    if how == "open_file":
+        assert warm_file == "written, never closed"
+
+
+def warm_and_cold_pair(run, monkeypatch):
+    warm = run()
+    with monkeypatch.context() as cold_only:
+        cold_only.setenv(zygote.OFF, "1")
+        cold = run()
+    assert warm[0].warm and not cold[0].warm
+    return warm, cold
+
+
+def test_lessons_that_kill_restart_and_hang_launch_alike_warm_and_cold(tmp_path):
+    """Lesson 08 (a killed rank, torchrun's restarts, the store trap) and lesson 14 (hangs:
+    timeouts, py-spy stacks of the ranks, the flight recorder, pdb on one rank), each run
+    with warm launches and with cold ones: every launch alike, less what depends on timing
+    (tools/compare_launches.py; the whole course: `python -m tools.compare_launches`)."""
+    paths = [REPO / "notebooks" / f"{stem}.ipynb"
+             for stem in ("08_fault_tolerance", "08_store_trap", "14_debugging")]
+    found = compare(paths, tmp_path)
+    assert all(not diffs for diffs, _ in found.values()), "\n".join(
+        f"{stem}:\n" + "\n".join(diffs) for stem, (diffs, _) in found.items() if diffs)
+    assert not [notes for _, notes in found.values() if notes]  # and every launch was warm
