@@ -328,7 +328,7 @@ def _new_stdio(unbuffered: bool) -> None:
         old = getattr(sys, f"__{name}__") or getattr(sys, name)
         writing = fd > 0
         buffered = not (unbuffered and writing)
-        buffer = io.open(fd, "wb" if writing else "rb", buffering=-1 if buffered else 0,
+        buffer = open(fd, "wb" if writing else "rb", buffering=-1 if buffered else 0,
                          closefd=False)
         raw = buffer.raw if buffered else buffer
         raw.name = f"<{name}>"
