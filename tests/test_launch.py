@@ -297,8 +297,11 @@ def test_the_warm_server_leaves_with_the_process_that_started_it(tmp_path):
             "launch.launch('tests/fixtures/ok.py', nproc=2, timeout=60, echo=False)\n"
             "print(zygote._server.proc.pid, zygote._server.folder, flush=True)\n"
             "os._exit(0)  # no atexit: as a kernel that was killed\n")
+    from tools import zygote
+
+    own = {k: v for k, v in os.environ.items() if k != zygote.SHARED}  # its own server
     printed = subprocess.run([sys.executable, "-c", code, str(REPO)], cwd=REPO, check=True,
-                             capture_output=True, text=True, timeout=60).stdout.split()
+                             capture_output=True, text=True, timeout=60, env=own).stdout.split()
     pid, folder = int(printed[0]), printed[1]
     deadline = time.monotonic() + 5
     while (alive(pid) or os.path.exists(folder)) and time.monotonic() < deadline:

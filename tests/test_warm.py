@@ -47,7 +47,7 @@ def warm_and_cold(run, monkeypatch):
     with monkeypatch.context() as cold_only:
         cold_only.setenv(zygote.OFF, "1")
         cold = run()
-    assert warm.warm and not cold.warm, (warm.warm, cold.warm)
+    assert warm.warm and not cold.warm, (warm.warm, cold.warm, zygote.why_cold)
     return warm, cold
 
 
@@ -189,7 +189,7 @@ def warm_and_cold_pair(run, monkeypatch):
     with monkeypatch.context() as cold_only:
         cold_only.setenv(zygote.OFF, "1")
         cold = run()
-    assert warm[0].warm and not cold[0].warm
+    assert warm[0].warm and not cold[0].warm, (warm[0].warm, cold[0].warm, zygote.why_cold)
     return warm, cold
 
 

@@ -151,6 +151,14 @@ def on(host: str, argv: list[str]) -> list[str]:
             host, *argv]
 
 
+def namespaces(host: str) -> dict:
+    """What `on` enters for `host`, for a process forked from the warm server instead
+    (tools/zygote.py does the same steps: new UTS and mount namespaces, the host's network
+    namespace, its /etc/hosts and resolv.conf bound in, its host name)."""
+    return {"netns": f"/run/netns/{netns(host)}", "hosts": str(STATE / f"hosts.{host}"),
+            "resolv": str(STATE / "resolv.conf"), "hostname": host}
+
+
 def run_on(host: str, *argv: str, check: bool = True, timeout: float = 30,
            env: dict | None = None) -> subprocess.CompletedProcess:
     done = subprocess.run(on(host, list(argv)), capture_output=True, text=True,
@@ -351,8 +359,10 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
             count = next(i for i, word in enumerate(shown) if "=" not in word)
             variables = dict(word.split("=", 1) for word in shown[:count])
             program = shown[count:]
-            argv = on(host, [*executable[program[0]], *program[1:]])
-            processes.append(launcher._Process(host, shown, argv, variables, host=host))
+            inside = [*executable[program[0]], *program[1:]]
+            processes.append(launcher._Process(host, shown, on(host, inside), variables,
+                                               host=host, inside=inside,
+                                               namespaces=namespaces(host)))
         return processes
 
     defaults = {"timeout": 120, "out": False, "expect_failure": False, "echo": True,

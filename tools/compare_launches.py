@@ -85,13 +85,17 @@ def shape(launch: dict) -> dict:
 
 
 # JSON fields that hold what timing decides: the store keys a process found when it started
-# (lesson 08: whether its peers of the same attempt had written theirs yet).
+# (lesson 08: whether its peers of the same attempt had written theirs yet); and lists whose
+# order is the order in which the ranks got there (lesson 08's events, from all ranks).
 TIMING_FIELDS = ("addresses_in_store",)
+ARRIVAL_ORDER = ("events",)
 
 
 def _masked(value):
     if isinstance(value, dict):
-        return {k: "…" if k in TIMING_FIELDS else _masked(v) for k, v in sorted(value.items())}
+        return {k: "…" if k in TIMING_FIELDS else
+                sorted(map(_masked, v), key=json.dumps) if k in ARRIVAL_ORDER and
+                isinstance(v, list) else _masked(v) for k, v in sorted(value.items())}
     if isinstance(value, list):
         return [_masked(v) for v in value]
     if isinstance(value, bool) or value is None:

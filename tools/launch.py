@@ -195,6 +195,10 @@ class _Process:
     env: dict
     log_dir: Path | None = None  # torchrun's --log-dir, read once the run has ended
     host: str = ""  # the host whose shell it is typed into (lesson 12), shown as "host$"
+    # On a host: the command as it runs there (`argv` wraps it to enter the host's
+    # namespaces), and those namespaces, for a warm start (tools/cluster.py's `namespaces`).
+    inside: list[str] | None = None
+    namespaces: dict | None = None
 
 
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
@@ -352,13 +356,15 @@ def _start(p: _Process, base_env: dict, cwd, default_env: dict | None):
     less its seconds of `import torch`), else a new one."""
     env = {**base_env, **p.env}
     warm = None
-    if default_env is not None and p.argv[0] == sys.executable and len(p.argv) > 1:
+    argv = p.inside or p.argv
+    if default_env is not None and argv[0] == sys.executable and len(argv) > 1:
         from tools import zygote
 
-        if p.argv[1:3] == ["-m", "torch.distributed.run"]:
-            warm = zygote.start(p.argv[3:], cwd, env, default_env)
-        elif not p.argv[1].startswith("-"):
-            warm = zygote.start_script(p.argv[1], p.argv[2:], cwd, env, default_env)
+        if argv[1:3] == ["-m", "torch.distributed.run"]:
+            warm = zygote.start(argv[3:], cwd, env, default_env, p.namespaces)
+        elif not argv[1].startswith("-"):
+            warm = zygote.start_script(argv[1], argv[2:], cwd, env, default_env,
+                                       namespaces=p.namespaces)
     if warm is not None:
         return warm
     return subprocess.Popen(

@@ -56,6 +56,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -64,6 +65,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 START_TIMEOUT_S = 90.0
@@ -86,8 +88,9 @@ SHARED = "DDP_COURSE_ZYGOTE"
 # OMP_NUM_THREADS is applied by `become` (torch.set_num_threads).
 WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
                     "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
-                    "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                    "OMP_NUM_THREADS")
+                    "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+# Read at start-up, and applied by `become` to a warm process: torch's thread count.
+APPLIED = ("OMP_NUM_THREADS",)
 WORKER_PREFIXES = ("TORCHELASTIC_",)
 # What the server imports once: what a worker of the course imports anyway.
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed.run", "numpy")
@@ -105,7 +108,8 @@ def start_differences(env: dict, other: dict, worker: bool = False,
     put in its environment (a launch may hold the same values)."""
     found = []
     for name in sorted(env.keys() | other.keys()):
-        if env.get(name) == other.get(name) or name in READ_WHEN_USED or name == SHARED:
+        if (env.get(name) == other.get(name) or name in READ_WHEN_USED or name in APPLIED
+                or name == SHARED):
             continue
         if set_by_imports and env.get(name) == set_by_imports.get(name, ...):
             continue
@@ -214,6 +218,8 @@ def _fits(request: dict) -> str | None:
         return "its command line is longer than the room for /proc/self/cmdline"
     if len(_environ_block(request["env"])) > env_end - env_start:
         return "its environment is larger than the room for /proc/self/environ"
+    if request.get("namespaces") and os.geteuid() != 0:
+        return "entering a host's namespaces needs root"
     differ = start_differences(request["env"], _Serving.env, _Serving.worker_server,
                                _Serving.set_by_imports)
     if differ:
@@ -260,30 +266,47 @@ def _reap() -> None:
 
 def next_request():
     """(Called from C.) Wait for the next request, reaping children meanwhile. None: stop
-    serving (the parent has gone)."""
+    serving (the parent has gone). An error with one request is reported on the server's
+    standard error and the server goes on: it must not stop serving the others."""
     while not _Serving.stop.is_set() and os.getppid() == _Serving.parent:
-        watched = [_Serving.listener, *_Serving.pidfds]
-        polling = 0.05 if _Serving.clients and not _Serving.pidfds else 0.5
-        ready, _, _ = select.select(watched, [], [], polling)
-        _reap()
-        if _Serving.listener not in ready:
-            continue
-        conn, _ = _Serving.listener.accept()
         try:
-            request = _read_request(conn)
-        except (OSError, ValueError):
-            conn.close()
+            request = _one_request()
+        except Exception:  # noqa: BLE001  nothing may stop the serving thread
+            traceback.print_exc()
+            time.sleep(0.05)
             continue
-        reason = _fits(request)
-        if reason is None:
+        if request is not None:
             return request
-        for fd in request["_fds"]:
-            os.close(fd)
-        try:
-            conn.sendall(f"cold {reason}\n".encode())
-        except OSError:
-            pass
+    return None
+
+
+def _one_request():
+    """The next request this server can serve, or None after a wait, a child's end or a
+    request it declined."""
+    poller = select.poll()  # not select(): any number of file descriptors
+    for fd in [_Serving.listener.fileno(), *_Serving.pidfds]:
+        poller.register(fd, select.POLLIN)
+    polling = 50 if _Serving.clients and not _Serving.pidfds else 500
+    ready = {fd for fd, _ in poller.poll(polling)}
+    _reap()
+    if _Serving.listener.fileno() not in ready:
+        return None
+    conn, _ = _Serving.listener.accept()
+    try:
+        request = _read_request(conn)
+    except (OSError, ValueError):
         conn.close()
+        return None
+    reason = _fits(request)
+    if reason is None:
+        return request
+    for fd in request["_fds"]:
+        os.close(fd)
+    try:
+        conn.sendall(f"cold {reason}\n".encode())
+    except OSError:
+        pass
+    conn.close()
     return None
 
 
@@ -381,6 +404,8 @@ def become(request: dict):
     _let_go()
     conn.close()
     os.setsid()  # a session and process group of its own (Popen's start_new_session)
+    if request.get("namespaces"):
+        _enter(request["namespaces"])
     _reset_signals()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -424,6 +449,39 @@ def become(request: dict):
               file=sys.stderr, flush=True)
         return ("exit", 1)
     return ("run_file", path)
+
+
+def _enter(host: dict) -> None:
+    """Enter a host of lesson 12 as tools/cluster.py's `on` does (`unshare --uts --mount
+    nsenter --net=NETNS`, then its /etc/hosts and resolv.conf bound in, its host name)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result, what):
+        if result != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{what}: {os.strerror(error)}")
+
+    check(libc.unshare(0x04000000 | 0x00020000), "unshare(CLONE_NEWUTS | CLONE_NEWNS)")
+    check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "mount --make-rprivate /")
+    fd = os.open(host["netns"], os.O_RDONLY)
+    try:
+        check(libc.setns(fd, 0x40000000), f"setns({host['netns']}, CLONE_NEWNET)")
+    finally:
+        os.close(fd)
+    check(libc.mount(host["hosts"].encode(), b"/etc/hosts", None, 4096, None),
+          "mount --bind /etc/hosts")
+    if os.path.exists("/etc/resolv.conf"):
+        check(libc.mount(host["resolv"].encode(), b"/etc/resolv.conf", None, 4096, None),
+              "mount --bind /etc/resolv.conf")
+    socket.sethostname(host["hostname"])
+
+
+def _gpu_libraries() -> list[str]:
+    """The GPU driver libraries this process has loaded (they are loaded when CUDA or NVML
+    starts, which must not happen before a fork whose child uses the GPU)."""
+    names = ("libcuda.so", "libnvidia-ml.so", "libamdhip64.so", "libhsa-runtime64.so")
+    with open("/proc/self/maps") as maps:
+        return sorted({name for line in maps for name in names if name in line})
 
 
 def _reseed() -> None:
@@ -520,6 +578,10 @@ def serve(path: str, parent: int) -> None:
     for name in PRELOAD:
         __import__(name)
     _Serving.set_by_imports = {k: v for k, v in os.environ.items() if _Serving.env.get(k) != v}
+    touched = _gpu_libraries()
+    if touched:  # a fork would carry the driver's state: its children could not use the GPU
+        raise RuntimeError(f"importing {', '.join(PRELOAD)} loaded {', '.join(touched)}: "
+                           "no warm launches (their processes could not use the GPU)")
     gc.collect()
     gc.freeze()  # the children's collections and exits leave all of this alone
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -539,15 +601,14 @@ def serve(path: str, parent: int) -> None:
         while not _Serving.stop.wait(0.2) and os.getppid() == parent:
             pass
     finally:
-        for name in (path, path + ".new"):
-            try:
-                os.unlink(name)
-            except OSError:
-                pass
-        try:
-            os.rmdir(os.path.dirname(path))
-        except OSError:
-            pass
+        if os.getppid() != parent:  # the launcher's process is gone: nobody reads the log
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        else:  # stopped, or failed: the launcher removes the folder, after reading the log
+            for name in (path, path + ".new"):
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
         sys.stdout.flush()
         os._exit(0)  # not a finalization racing the serving thread
 
@@ -630,20 +691,33 @@ class WarmProcess:
 
 
 class Server:
+    """The warm server of this process: started here, it leaves with this process. Its
+    standard error (a start that failed, an error with one request) goes to a log file in
+    its folder, read when it has stopped."""
+
     def __init__(self, env: dict):
         self.env = dict(env)
         self.folder = tempfile.mkdtemp(prefix="ddp-course-zygote-")
         self.path = os.path.join(self.folder, "socket")
+        self.log = os.path.join(self.folder, "server.log")
         room = " " * ARGV_ROOM  # room for a child's command line, then for its environment
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid()), room],
-            cwd=Path(__file__).resolve().parent.parent,
-            env={**self.env, ROOM_VARIABLE: "x" * ENV_ROOM},
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            text=True, errors="replace", start_new_session=True)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid()), room],
+                cwd=Path(__file__).resolve().parent.parent,
+                env={**self.env, ROOM_VARIABLE: "x" * ENV_ROOM},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=True)
         self.ready = False
         self.why_not: str | None = None
         atexit.register(self.stop)
+
+    def _last_words(self) -> str:
+        try:
+            lines = Path(self.log).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return f"status {self.proc.returncode}" + (f": {lines[-1]}" if lines else "")
 
     def wait_ready(self) -> bool:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -652,32 +726,27 @@ class Server:
                 return True
             time.sleep(0.02)
         if self.proc.poll() is not None:
-            lines = self.proc.stderr.read().strip().splitlines()
-            self.why_not = lines[-1] if lines else f"it exited with {self.proc.returncode}"
+            self.why_not = f"it exited with {self._last_words()}"
         else:
             self.why_not = f"it was not ready after {START_TIMEOUT_S:g} s"
         return False
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        global why_cold
+        if self.proc.poll() is None:
+            return True
+        why_cold = f"the warm server exited with {self._last_words()}"
+        return False
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()  # the server removes its socket and folder
+            self.proc.terminate()  # the server removes its socket
             try:
                 self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.proc.stderr.close()
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-        try:
-            os.rmdir(self.folder)
-        except OSError:
-            pass
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _server = None  # a Server, or a Shared one
@@ -717,7 +786,11 @@ class Shared:
         return False
 
     def alive(self) -> bool:
-        return os.path.exists(self.path)
+        global why_cold
+        if os.path.exists(self.path):
+            return True
+        why_cold = f"the shared warm server's socket {self.path} is gone"
+        return False
 
     def stop(self) -> None:
         pass
@@ -752,7 +825,6 @@ def _server_for(env: dict, default_env: dict):
                 why_cold = f"the warm server did not start: {_server.why_not}"
                 return None
         if not _server.alive():
-            why_cold = "the warm server has stopped"
             return None
         return _server
 
@@ -784,26 +856,30 @@ def _spawn(server: Server, request: dict, separate_stderr: bool = False):
     return proc
 
 
-def start(torchrun_args: list[str], cwd, env: dict, default_env: dict):
+def start(torchrun_args: list[str], cwd, env: dict, default_env: dict,
+          namespaces: dict | None = None):
     """A warm `python -m torch.distributed.run ARGS`, its stdout and stderr in one pipe
-    (`.stdout`), or None (the caller starts a cold one)."""
+    (`.stdout`), or None (the caller starts a cold one). `namespaces`: a host's, to enter
+    first (tools/cluster.py)."""
     server = _server_for(env, default_env)
     if server is None:
         return None
     request = {"kind": "torchrun", "args": list(torchrun_args), "cwd": str(cwd), "env": env,
-               "orig_argv": [sys.executable, "-m", "torch.distributed.run", *torchrun_args]}
+               "orig_argv": [sys.executable, "-m", "torch.distributed.run", *torchrun_args],
+               "namespaces": namespaces}
     return _spawn(server, request)
 
 
 def start_script(script, args: list[str], cwd, env: dict, default_env: dict,
-                 separate_stderr: bool = False):
+                 separate_stderr: bool = False, namespaces: dict | None = None):
     """A warm `python SCRIPT ARGS` (stdout and stderr in `.stdout`, or apart), or None."""
     server = _server_for(env, default_env)
     if server is None:
         return None
     request = {"kind": "script", "script": str(script), "args": list(map(str, args)),
                "cwd": str(cwd), "env": env,
-               "orig_argv": [sys.executable, str(script), *map(str, args)]}
+               "orig_argv": [sys.executable, str(script), *map(str, args)],
+               "namespaces": namespaces}
     return _spawn(server, request, separate_stderr)
 
 
