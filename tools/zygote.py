@@ -33,7 +33,8 @@ by lesson 14's `local_ranks`) over room the server was started with. What still 
 is listed in tests/test_warm.py, with how each is handled.
 
 A launch gets cold processes instead when its environment differs from the server's in a
-variable that Python, torch or a library reads while starting up (READ_AT_START; torchrun's
+variable that Python, torch or a library reads while starting up (measured: what the
+server's imports look up, `startup_variables`; torchrun's
 own variables for its workers are read later, WORKER_VARIABLES), when the server declines
 (its room for cmdline and environ is too small), where the C part cannot be built (no C
 compiler or Python headers), on macOS, and with DDP_COURSE_COLD_LAUNCH=1.
@@ -70,42 +71,41 @@ from pathlib import Path
 
 START_TIMEOUT_S = 90.0
 OFF = "DDP_COURSE_COLD_LAUNCH"
-# Variables read while Python, torch or the libraries they load start up: a process
-# forked from the server would not see a new value of one.
-READ_AT_START = ("TORCH", "PYTORCH", "C10", "PYTHON", "LOGLEVEL", "OMP", "MKL", "KMP",
-                 "GOMP", "OPENBLAS", "NPY", "CUDA", "NCCL", "GLOO", "LD_", "MALLOC",
-                 "LANG", "LC_", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME")
+# What the server imports once: what a worker of the course imports anyway.
+PRELOAD = ("torch", "torch._dynamo", "torch.distributed.run", "numpy")
+# Variables read while Python starts, before any import can be watched: the locale's (by
+# the C library, unseen by `startup_variables`) and Python's own.
+PYTHON_START = ("PYTHON", "LANG", "LC_", "TZ")
 # Names among those that are read only when used (a process group, a rendezvous, a
-# torch.load), never at start-up: a warm process sees them as a cold one does
-# (tests/test_warm.py shows it for each).
+# torch.load): a warm process sees them as a cold one does. The server's imports look
+# none of them up (tests/test_warm.py shows it, and what each one does, warm and cold).
 READ_WHEN_USED = ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "GLOO_SOCKET_IFNAME",
                   "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD",
                   "CUDA_VISIBLE_DEVICES")  # CUDA's: the server never initialises CUDA
 # A running server's socket, for the launchers of child processes (the lessons' kernels
 # under `make course` and `make test`): they use it instead of starting their own.
 SHARED = "DDP_COURSE_ZYGOTE"
-# What torchrun adds for each worker, read when the worker uses it (not at import);
-# OMP_NUM_THREADS is applied by `become` (torch.set_num_threads).
+# What torchrun adds for each worker, read when the worker uses it (not at import).
 WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
                     "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
                     "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+WORKER_PREFIXES = ("TORCHELASTIC_",)
 # Read at start-up, and applied by `become` to a warm process: torch's thread count.
 APPLIED = ("OMP_NUM_THREADS",)
-WORKER_PREFIXES = ("TORCHELASTIC_",)
-# What the server imports once: what a worker of the course imports anyway.
-PRELOAD = ("torch", "torch._dynamo", "torch.distributed.run", "numpy")
 ROOM_VARIABLE = "DDP_COURSE_ZYGOTE_ROOM"
 ENV_ROOM = 64 * 1024  # bytes for a child's /proc/self/environ
 ARGV_ROOM = 4000  # bytes for its /proc/self/cmdline (the kernel shows one page at most)
 SOURCE = Path(__file__).with_name("warm_fork.c")
+GETENV_LOG = Path(__file__).with_name("getenv_log.c")
 
 
-def start_differences(env: dict, other: dict, worker: bool = False,
-                      set_by_imports: dict | None = None) -> list[str]:
-    """The variables read at start-up in which `env` differs from `other` (a process started
-    in one would not start like one started in the other); with `worker`, torchrun's
-    variables for its workers may differ too. `set_by_imports`: what the server's imports
-    put in its environment (a launch may hold the same values)."""
+def start_differences(env: dict, other: dict, read_at_start: frozenset,
+                      worker: bool = False, set_by_imports: dict | None = None) -> list[str]:
+    """The variables read at start-up (`read_at_start`, and PYTHON_START) in which `env`
+    differs from `other`: a process started in one would not start like one started in the
+    other. With `worker`, torchrun's variables for its workers may differ too;
+    `set_by_imports` is what the server's imports put in its environment (a launch may
+    hold the same values)."""
     found = []
     for name in sorted(env.keys() | other.keys()):
         if (env.get(name) == other.get(name) or name in READ_WHEN_USED or name in APPLIED
@@ -115,14 +115,10 @@ def start_differences(env: dict, other: dict, worker: bool = False,
             continue
         if worker and (name in WORKER_VARIABLES or name.startswith(WORKER_PREFIXES)):
             continue
-        if name.upper().startswith(READ_AT_START):
+        if (name in read_at_start or name.upper().startswith(PYTHON_START)
+                or any(p.endswith("*") and name.startswith(p[:-1]) for p in read_at_start)):
             found.append(name)
     return found
-
-
-def same_start(env: dict, other: dict, worker: bool = False) -> bool:
-    """Whether a process started in `env` starts like one started in `other`."""
-    return not start_differences(env, other, worker)
 
 
 # ---------------------------------------------------------------- the C part, built once
@@ -136,26 +132,26 @@ def _cache_folders() -> list[Path]:
     return found
 
 
-def library() -> Path:
-    """The compiled tools/warm_fork.c for this Python, built on first use (a second or
-    so) into the virtual environment (else ~/.cache/ddp-course). Raises RuntimeError
-    saying why when it cannot be built."""
-    source = SOURCE.read_bytes()
+def library(source: Path = SOURCE, link: tuple = ("-lpthread",)) -> Path:
+    """A C file of tools/ (warm_fork.c unless told) compiled for this Python, built on first
+    use (a second or so) into the virtual environment (else ~/.cache/ddp-course). Raises
+    RuntimeError saying why when it cannot be built."""
+    text = source.read_bytes()
     include = sysconfig.get_paths()["include"]
-    key = hashlib.sha256(source + sys.version.encode() + include.encode()).hexdigest()[:16]
+    key = hashlib.sha256(text + sys.version.encode() + include.encode()).hexdigest()[:16]
     if not Path(include, "Python.h").is_file():
         raise RuntimeError(f"no Python.h in {include} (the Python headers: python3-dev)")
     compiler = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
     errors = []
     for folder in _cache_folders():
-        target = folder / f"warm_fork-{key}.so"
+        target = folder / f"{source.stem}-{key}.so"
         if target.is_file():
             return target
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f".warm_fork-{key}-{os.getpid()}.so"
+            partial = folder / f".{source.stem}-{key}-{os.getpid()}.so"
             done = subprocess.run([*compiler, "-shared", "-fPIC", "-O2", f"-I{include}",
-                                   "-o", str(partial), str(SOURCE), "-lpthread"],
+                                   "-o", str(partial), str(source), *link],
                                   capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as error:
             errors.append(f"{folder}: {error}")
@@ -165,7 +161,73 @@ def library() -> Path:
             return target
         errors.append(f"{' '.join(compiler)} failed: {(done.stderr or done.stdout).strip()}")
         break  # the compiler, not the folder, is the problem
-    raise RuntimeError("cannot build tools/warm_fork.c: " + "; ".join(errors))
+    raise RuntimeError(f"cannot build tools/{source.name}: " + "; ".join(errors))
+
+
+# What a process of the preloaded modules looks up while importing them: every getenv
+# (LD_PRELOAD of tools/getenv_log.c) and every os.environ lookup by name, one a line; a
+# scan of the whole environment (its items, or a copy) is written as "@scan FILE", FILE
+# the scanning module's, whose prefix SCANNED_PREFIXES must then name.
+_WATCH = """\
+import os, sys
+seen = []
+environ = type(os.environ)
+original_get, original_iter = environ.__getitem__, environ.__iter__
+def looked_up(self, key):
+    caller = sys._getframe(1).f_code
+    if not (caller.co_name == "__iter__" or caller.co_filename.endswith("os.py")):
+        seen.append(key)
+    return original_get(self, key)
+def scanned(self):
+    frame = sys._getframe(1)
+    while frame.f_code.co_filename.endswith(("_collections_abc>", "os.py")):
+        frame = frame.f_back
+    seen.append("@scan " + frame.f_code.co_filename)
+    return original_iter(self)
+environ.__getitem__, environ.__iter__ = looked_up, scanned
+for name in sys.argv[2:]:
+    __import__(name)
+environ.__getitem__, environ.__iter__ = original_get, original_iter
+with open(sys.argv[1], "a") as log:
+    log.write("\\n".join(seen) + "\\n")
+"""
+# The prefixes of the variables that the preloaded imports read by scanning the whole
+# environment (measured: tqdm's `envwrap`, for TQDM_*, is the only scan).
+SCANNED_PREFIXES = {"tqdm/utils.py": "TQDM_"}
+
+
+def startup_variables(env: dict | None = None) -> frozenset:
+    """The variables that importing PRELOAD looks up, in C or in Python, and the prefixes
+    of those it reads by scanning the environment (as "PREFIX*"): a process forked after
+    these imports would not see a new value of any of them (the server sends a launch that
+    sets one cold). Measured once for this Python and these imports (a few seconds), kept
+    beside the compiled C part. Raises RuntimeError for a scan of an unknown module."""
+    import torch  # noqa: F401  its version is part of what the list depends on
+
+    shim = library(GETENV_LOG, ("-ldl",))
+    key = hashlib.sha256(json.dumps([sys.version, sys.modules["torch"].__version__,
+                                     PRELOAD, _WATCH]).encode()).hexdigest()[:16]
+    kept = shim.with_name(f"startup-variables-{key}.txt")
+    if not kept.is_file():
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "names")
+            subprocess.run([sys.executable, "-c", _WATCH, log, *PRELOAD], check=True,
+                           timeout=300, capture_output=True,
+                           env={**(os.environ if env is None else env),
+                                "LD_PRELOAD": str(shim), "GETENV_LOG": log})
+            lines = set(Path(log).read_text().splitlines()) - {"", "GETENV_LOG", "LD_PRELOAD"}
+        names = {line for line in lines if not line.startswith("@scan ")}
+        for line in lines - names:
+            scanner = line.split(" ", 1)[1]
+            prefix = next((p for f, p in SCANNED_PREFIXES.items() if scanner.endswith(f)), None)
+            if prefix is None:
+                raise RuntimeError(f"importing {', '.join(PRELOAD)} scans the environment in "
+                                   f"{scanner}: add the prefix it reads to SCANNED_PREFIXES")
+            names.add(prefix + "*")
+        partial = kept.with_suffix(f".{os.getpid()}")
+        partial.write_text("\n".join(sorted(names)) + "\n")
+        os.replace(partial, kept)
+    return frozenset(kept.read_text().split())
 
 
 # ------------------------------------------------------------- in the server's processes
@@ -178,6 +240,7 @@ class _Serving:
     pidfds: dict = {}  # pidfd -> pid: select wakes up when a child ends
     env: dict = {}  # the environment this process started its work in
     set_by_imports: dict = {}  # what the server's imports added to its environment
+    read_at_start: frozenset = frozenset()  # what they looked up (startup_variables)
     worker_server = False  # a torchrun's own server (its children are workers)
     stop = threading.Event()
 
@@ -220,8 +283,8 @@ def _fits(request: dict) -> str | None:
         return "its environment is larger than the room for /proc/self/environ"
     if request.get("namespaces") and os.geteuid() != 0:
         return "entering a host's namespaces needs root"
-    differ = start_differences(request["env"], _Serving.env, _Serving.worker_server,
-                               _Serving.set_by_imports)
+    differ = start_differences(request["env"], _Serving.env, _Serving.read_at_start,
+                               _Serving.worker_server, _Serving.set_by_imports)
     if differ:
         return f"its environment differs in {', '.join(differ)}, read at start-up"
     return None
@@ -555,7 +618,7 @@ def _start_worker(args: tuple, env: dict, stdout, stderr):
     """A warm `python -u SCRIPT ARGS` for torchrun, or None (torchrun's Popen then)."""
     if (len(args) < 3 or args[0] != sys.executable or args[1] != "-u"
             or args[2].startswith("-") or _Agent.address is None
-            or not same_start(env, _Agent.env, worker=True)):
+            or start_differences(env, _Agent.env, _Serving.read_at_start, worker=True)):
         return None
     request = {"kind": "script", "script": args[2], "args": list(args[3:]),
                "orig_argv": list(args), "cwd": os.getcwd(), "env": env, "unbuffered": True}
@@ -572,6 +635,7 @@ def serve(path: str, parent: int) -> None:
     os.environ.pop(ROOM_VARIABLE, None)  # its bytes stay, as room for children's environs
     _retitle([sys.executable, "-m", "tools.zygote", path, str(parent)], None)
     lib = ctypes.PyDLL(str(library()))
+    _Serving.read_at_start = startup_variables()
     # The environment before the imports: they may add to it (torch._dynamo sets
     # TORCHINDUCTOR_CACHE_DIR, which torch._inductor sets again whenever it needs it).
     _Serving.parent, _Serving.env = parent, dict(os.environ)
