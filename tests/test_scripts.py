@@ -294,10 +294,12 @@ def test_torch_dynamo_imported_after_the_group_keeps_gloo_threads_past_destroy()
     """Why every DDP script imports torch._dynamo before init_process_group (lesson 05):
     DDP's constructor imports it (torch 2.13); imported after the group exists, it keeps
     the group alive through destroy_process_group, and Gloo's threads with it. (Linux: the
-    fixture reads the threads' names in /proc.)"""
+    fixture reads the threads' names in /proc.) Cold launches: a warm worker has imported
+    torch._dynamo before the script starts (tools/zygote.py), so it is always "first"."""
     def threads(*args):
         result = launch("tests/fixtures/gloo_threads.py", *args, nproc=2, timeout=90,
-                        echo=False)
+                        echo=False, env={"DDP_COURSE_COLD_LAUNCH": "1"})
+        assert not result.warm
         return [line for line in result.output.splitlines() if "threads after destroy" in line]
 
     late, first = threads(), threads("--import-first")
