@@ -14,6 +14,7 @@ lesson can see, the process a cold launch starts. What still differs, and why:
 * the hash seed of str and bytes (PYTHONHASHSEED) is the server's, shared by its children.
 """
 import json
+import os
 import tempfile
 from pathlib import Path
 
@@ -194,3 +195,51 @@ def test_lessons_that_kill_restart_and_hang_launch_alike_warm_and_cold(tmp_path)
     assert all(not diffs for diffs, _ in found.values()), "\n".join(
         f"{stem}:\n" + "\n".join(diffs) for stem, (diffs, _) in found.items() if diffs)
     assert not [notes for _, notes in found.values() if notes]  # and every launch was warm
+
+
+KERNEL_PROBE = """\
+import json, os, random, signal, sys, threading
+import torch
+main = sys.modules["__main__"]
+print("KERNEL " + json.dumps({
+    "argv": sys.argv, "executable": sys.executable, "path": sys.path, "cwd": os.getcwd(),
+    "environ": {k: v for k, v in os.environ.items() if k not in ("JPY_SESSION_NAME",)},
+    "main": sorted(k for k in vars(main) if k.startswith("__")), "flags": list(sys.flags),
+    "threads": sorted(t.name for t in threading.enumerate()),
+    "torch_threads": torch.get_num_threads(), "cuda": torch.cuda.is_initialized(),
+    "sigint": str(signal.getsignal(signal.SIGINT)), "session": os.getsid(0) == os.getpid(),
+    "parent": open(f"/proc/{os.getppid()}/cmdline").read().replace(chr(0), " "),
+    "random": [torch.rand(1).item(), random.random()]}))
+"""
+
+
+def test_a_warm_kernel_sees_what_a_cold_one_sees(tmp_path, workspace, monkeypatch):
+    """The lessons' kernels under papermill (tools/warm_kernel.py): forked from a server
+    that has imported torch and ipykernel's machinery, each is the kernel jupyter_client
+    would have started. Two warm kernels draw their own random numbers."""
+    import nbformat
+
+    from tools.course import execute
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("world_size = 2", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(KERNEL_PROBE)]
+
+    def probe(name):
+        execute(nb, tmp_path / f"{name}.ipynb", workspace)
+        text = "".join(o.get("text", "") for o in
+                       nbformat.read(tmp_path / f"{name}.ipynb", 4).cells[1].outputs)
+        return json.loads(text.split("KERNEL ", 1)[1])
+
+    warm, again = probe("warm"), probe("again")
+    with monkeypatch.context() as cold_only:
+        cold_only.setenv(zygote.OFF, "1")
+        cold = probe("cold")
+    assert "-m tools.zygote" in warm["parent"] and "-m tools.zygote" not in cold["parent"]
+    assert warm["random"] != again["random"]
+    for probed in (warm, cold):
+        for name in ("parent", "random"):
+            probed.pop(name)
+        probed["environ"].pop(zygote.OFF, None)
+        probed["argv"][2] = os.path.basename(probed["argv"][2])  # each run's own folder
+    assert warm == cold, {k: (warm[k], cold[k]) for k in warm if warm[k] != cold[k]}

@@ -194,6 +194,8 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = str(sockets / "k")  # sockets k-1 ... k-5
     config.KernelManager.connection_file = str(sockets / "kernel.json")
+    # The kernel forked from a server that has made its imports (tools/warm_kernel.py)
+    config.NotebookClient.kernel_manager_class = "tools.warm_kernel.WarmKernelManager"
     start = time.monotonic()
     try:
         papermill.execute_notebook(

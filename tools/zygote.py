@@ -196,7 +196,7 @@ with open(sys.argv[1], "a") as log:
 SCANNED_PREFIXES = {"tqdm/utils.py": "TQDM_"}
 
 
-def startup_variables(env: dict | None = None) -> frozenset:
+def startup_variables(env: dict | None = None, preload: tuple = PRELOAD) -> frozenset:
     """The variables that importing PRELOAD looks up, in C or in Python, and the prefixes
     of those it reads by scanning the environment (as "PREFIX*"): a process forked after
     these imports would not see a new value of any of them (the server sends a launch that
@@ -206,12 +206,12 @@ def startup_variables(env: dict | None = None) -> frozenset:
 
     shim = library(GETENV_LOG, ("-ldl",))
     key = hashlib.sha256(json.dumps([sys.version, sys.modules["torch"].__version__,
-                                     PRELOAD, _WATCH]).encode()).hexdigest()[:16]
+                                     preload, _WATCH]).encode()).hexdigest()[:16]
     kept = shim.with_name(f"startup-variables-{key}.txt")
     if not kept.is_file():
         with tempfile.TemporaryDirectory() as folder:
             log = os.path.join(folder, "names")
-            subprocess.run([sys.executable, "-c", _WATCH, log, *PRELOAD], check=True,
+            subprocess.run([sys.executable, "-c", _WATCH, log, *preload], check=True,
                            timeout=300, capture_output=True,
                            env={**(os.environ if env is None else env),
                                 "LD_PRELOAD": str(shim), "GETENV_LOG": log})
@@ -221,7 +221,7 @@ def startup_variables(env: dict | None = None) -> frozenset:
             scanner = line.split(" ", 1)[1]
             prefix = next((p for f, p in SCANNED_PREFIXES.items() if scanner.endswith(f)), None)
             if prefix is None:
-                raise RuntimeError(f"importing {', '.join(PRELOAD)} scans the environment in "
+                raise RuntimeError(f"importing {', '.join(preload)} scans the environment in "
                                    f"{scanner}: add the prefix it reads to SCANNED_PREFIXES")
             names.add(prefix + "*")
         partial = kept.with_suffix(f".{os.getpid()}")
@@ -491,11 +491,12 @@ def become(request: dict):
     sys.orig_argv = list(request["orig_argv"])
     _retitle(sys.orig_argv, env)
     gc.collect()  # what the server's code left, now, not during the script
-    if request["kind"] == "torchrun":
+    if request["kind"] in ("torchrun", "module"):  # `python -m MODULE ARGS`
+        module = request.get("module", "torch.distributed.run")
         sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first
-        sys.modules.pop("torch.distributed.run", None)  # it runs again, as __main__
+        sys.modules.pop(module, None)  # it runs again, as __main__
         sys.path[0] = os.getcwd()
-        return _start_worker_server()
+        return _start_worker_server() if request["kind"] == "torchrun" else ("run_module", module)
     script = request["script"]
     path = os.path.abspath(script)
     sys.argv = [script, *request["args"]]
@@ -631,20 +632,20 @@ def _start_worker(args: tuple, env: dict, stdout, stderr):
 
 # ------------------------------------------------------------------- the server's main()
 
-def serve(path: str, parent: int) -> None:
+def serve(path: str, parent: int, preload: tuple = PRELOAD) -> None:
     os.environ.pop(ROOM_VARIABLE, None)  # its bytes stay, as room for children's environs
     _retitle([sys.executable, "-m", "tools.zygote", path, str(parent)], None)
     lib = ctypes.PyDLL(str(library()))
-    _Serving.read_at_start = startup_variables()
+    _Serving.read_at_start = startup_variables(preload=preload)
     # The environment before the imports: they may add to it (torch._dynamo sets
     # TORCHINDUCTOR_CACHE_DIR, which torch._inductor sets again whenever it needs it).
     _Serving.parent, _Serving.env = parent, dict(os.environ)
-    for name in PRELOAD:
+    for name in preload:
         __import__(name)
     _Serving.set_by_imports = {k: v for k, v in os.environ.items() if _Serving.env.get(k) != v}
     touched = _gpu_libraries()
     if touched:  # a fork would carry the driver's state: its children could not use the GPU
-        raise RuntimeError(f"importing {', '.join(PRELOAD)} loaded {', '.join(touched)}: "
+        raise RuntimeError(f"importing {', '.join(preload)} loaded {', '.join(touched)}: "
                            "no warm launches (their processes could not use the GPU)")
     gc.collect()
     gc.freeze()  # the children's collections and exits leave all of this alone
@@ -692,7 +693,7 @@ class WarmProcess:
     def __init__(self, address: str, request: dict, fds: list[int]):
         self.args = request["orig_argv"]
         self.returncode = None
-        self.stdout = self.stderr = None
+        self.stdin = self.stdout = self.stderr = None
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._buffer = b""
         try:
@@ -759,7 +760,7 @@ class Server:
     standard error (a start that failed, an error with one request) goes to a log file in
     its folder, read when it has stopped."""
 
-    def __init__(self, env: dict):
+    def __init__(self, env: dict, preload: tuple = PRELOAD):
         self.env = dict(env)
         self.folder = tempfile.mkdtemp(prefix="ddp-course-zygote-")
         self.path = os.path.join(self.folder, "socket")
@@ -767,7 +768,8 @@ class Server:
         room = " " * ARGV_ROOM  # room for a child's command line, then for its environment
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid()), room],
+                [sys.executable, "-m", "tools.zygote", self.path, str(os.getpid()),
+                 ",".join(preload), room],
                 cwd=Path(__file__).resolve().parent.parent,
                 env={**self.env, ROOM_VARIABLE: "x" * ENV_ROOM},
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
@@ -972,5 +974,45 @@ def run_script(script, args: list[str], cwd, env: dict,
     return subprocess.CompletedProcess(proc.args, code, texts["stdout"], texts["stderr"])
 
 
+# A notebook kernel's server: the course's imports, and those of the kernel itself (the
+# lessons' kernels import torch for their checks; ipykernel's own start-up imports IPython,
+# zmq and tornado). Not matplotlib: it reads MPLBACKEND when imported, which ipykernel sets
+# only as it starts.
+KERNEL_PRELOAD = (*PRELOAD, "ipykernel.kernelapp", "nbformat")
+_kernel_server: Server | None = None
+
+
+def start_kernel(argv: list[str], env: dict, cwd):
+    """A warm `python -m MODULE ARGS` for a notebook kernel (as jupyter_client's
+    launch_kernel starts it: stdin closed, stdout and stderr this process's), from a server
+    of its own (KERNEL_PRELOAD), or None (the caller starts a cold one)."""
+    global _kernel_server, why_cold
+    if not usable() or len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-m":
+        return None
+    with _lock:
+        if _kernel_server is None:
+            _kernel_server = Server(env, KERNEL_PRELOAD)
+        server = _kernel_server
+        if not server.ready:
+            if server.why_not is not None:
+                return None
+            server.ready = server.wait_ready()
+            if not server.ready:
+                why_cold = f"the warm kernel server did not start: {server.why_not}"
+                return None
+        if not server.alive():
+            return None
+    request = {"kind": "module", "module": argv[2], "args": list(argv[3:]), "cwd": str(cwd),
+               "env": env, "orig_argv": list(argv)}
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        return WarmProcess(server.path, request, [null, 1, 2])
+    except Declined as declined:
+        why_cold = str(declined)
+        return None
+    finally:
+        os.close(null)
+
+
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3].split(",")))
