@@ -15,6 +15,7 @@ lesson can see, the process a cold launch starts. What still differs, and why:
 """
 import json
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -60,36 +61,59 @@ def without_per_run(probe: dict) -> dict:
     return probe
 
 
+# The probe through each launcher; the plain run from another folder, by a path that
+# CPython does not normalise (`__file__` keeps the `..`)
 LAUNCHES = {
     "torchrun": lambda: launch("tests/fixtures/probe.py", nproc=2, timeout=90, echo=False),
     "launch_ranks": lambda: launch_ranks("tests/fixtures/probe.py", nproc=2, timeout=90,
                                          echo=False),
-    "python": lambda: launch("tests/fixtures/probe.py", nproc=None, timeout=90, echo=False),
+    "python": lambda: launch("../tests/fixtures/../fixtures/probe.py", nproc=None,
+                             timeout=90, echo=False, cwd=REPO / "tools"),
 }
 
 
 @pytest.mark.parametrize("how", LAUNCHES)
 def test_a_warm_process_sees_what_a_cold_one_sees(how, monkeypatch):
-    warm, cold = (tagged(r, "PROBE") for r in warm_and_cold(LAUNCHES[how], monkeypatch))
+    """For each launcher, every observable the probe reads is the same warm and cold: the
+    stack, argv, paths, environment (also /proc/self/environ and cmdline), threads (torch's
+    and numpy's BLAS's), streams and where torch's log handlers write, signals (SIGHUP
+    ignored by the launching process stays ignored in a plain run, as exec keeps it),
+    fds, session, umask; and each process draws its own random numbers."""
+    monkeypatch.setattr(signal, "SIGHUP", signal.SIGHUP)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        runs = warm_and_cold(LAUNCHES[how], monkeypatch)
+        again = LAUNCHES[how]()  # another warm one, for the random numbers
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    warm, cold, again = (tagged(r, "PROBE") for r in (*runs, again))
     assert sorted(warm) == sorted(cold) and len(warm) == (1 if how == "python" else 2)
     for label in warm:
         w, c = without_per_run(warm[label]), without_per_run(cold[label])
-        assert w.pop("warnings_filters") == c.pop("warnings_filters") + 1  # sympy's filter
         different = {k: (w[k], c[k]) for k in w if w[k] != c[k]}
         assert not different, f"{label}: warm and cold differ in {different}"
-        # The stack, the streams and the threads, spelled out (they are in the comparison)
+        # What the comparison covers, spelled out for the warm run
         assert w["stack"] == ["<module> (probe.py)"]
         assert w["threads"] == ["MainThread"] and w["main_thread"]
-        assert w["torch_threads"] == (1 if how == "torchrun" else c["torch_threads"])
+        assert w["torch_threads"] == c["torch_threads"] and w["blas_threads"] == c["blas_threads"]
+        if how == "torchrun":  # torchrun's OMP_NUM_THREADS=1, for torch and numpy's BLAS
+            assert w["torch_threads"] == 1 and set(w["blas_threads"]) == {1}
+        assert w["log_streams"] == [True]
         assert not w["cuda_initialized"] and w["session_leader"]
         assert w["fds"] == [0, 1, 2, 3]  # its three streams, and the listing's own
+        # torchrun sets its own SIGHUP handler in the agent; its workers start with the default
+        assert w["signals"]["SIGHUP"] == ("SIG_IGN" if how != "torchrun" else "SIG_DFL")
+        if how == "python":
+            assert w["file"].endswith("/tests/fixtures/../fixtures/probe.py")
     # Warm really was warm: the parent is a warm server, not torchrun or this process
     for label in warm:
         assert "-m tools.zygote" in warm[label]["parent"], warm[label]["parent"]
         assert "-m tools.zygote" not in cold[label]["parent"], cold[label]["parent"]
-    # Each process drew its own random numbers, warm as cold (a fork shares its parent's)
+    # Each process draws its own random numbers, warm as cold (a fork would share the
+    # server's): ranks differ from each other, and a launch from the one before
     for key in RANDOM:
-        assert len({probe[key] for probe in warm.values()}) == len(warm), key
+        draws = [probe[key] for probe in [*warm.values(), *again.values()]]
+        assert len(set(draws)) == len(draws), (key, draws)
 
 
 def test_variables_read_when_used_reach_a_warm_worker(monkeypatch):

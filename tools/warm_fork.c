@@ -23,9 +23,29 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static PyObject *helper; /* the module with the functions above */
+
+/* fork(), with every signal blocked in this thread until the child has set its handlers
+   (`become` unblocks them): a signal meant for the child must not run the server's
+   handler in it. In the parent, the mask is restored at once. */
+static pid_t fork_quietly(void) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    fflush(NULL);
+    PyOS_BeforeFork();
+    pid_t pid = fork();
+    if (pid == 0) {
+        PyOS_AfterFork_Child();
+    } else {
+        PyOS_AfterFork_Parent();
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    }
+    return pid;
+}
 
 /* As Py_RunMain ends: finalize, then leave through the default SIGINT handler if a
    KeyboardInterrupt went unhandled (CPython 3.11 keeps that flag in this variable;
@@ -65,7 +85,8 @@ static void run_module(const char *name) {
         Py_DECREF(runpy);
     }
     if (result == NULL) {
-        int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+        /* as pymain_run_module: a KeyboardInterrupt itself, not a subclass */
+        int interrupted = PyErr_Occurred() == PyExc_KeyboardInterrupt;
         PyErr_Print();
         finish(1, interrupted);
     }
@@ -80,13 +101,15 @@ static void serve(void);
 static void act(PyObject *action) {
     for (;;) {
         const char *kind, *text = NULL;
-        PyObject *argument = NULL;
+        PyObject *argument = NULL, *encoded = NULL;
         if (action == NULL || !PyArg_ParseTuple(action, "s|O", &kind, &argument)) {
             PyErr_Print();
             _exit(70);
         }
         if (argument != NULL && PyUnicode_Check(argument)) {
-            text = PyUnicode_AsUTF8(argument);
+            /* a path as the file system spells it (surrogates included) */
+            encoded = PyUnicode_EncodeFSDefault(argument);
+            text = encoded == NULL ? NULL : PyBytes_AS_STRING(encoded);
         }
         if (strcmp(kind, "run_file") == 0 && text != NULL) {
             run_file(text);
@@ -95,17 +118,13 @@ static void act(PyObject *action) {
         } else if (strcmp(kind, "exit") == 0 && argument != NULL) {
             finish((int)PyLong_AsLong(argument), 0);
         } else if (strcmp(kind, "serve") == 0) {
+            Py_XDECREF(encoded);
             Py_DECREF(action);
             return;
         } else if (strcmp(kind, "fork") == 0) {
+            Py_XDECREF(encoded);
             Py_DECREF(action);
-            PyOS_BeforeFork();
-            pid_t pid = fork();
-            if (pid == 0) {
-                PyOS_AfterFork_Child();
-            } else {
-                PyOS_AfterFork_Parent();
-            }
+            pid_t pid = fork_quietly();
             action = PyObject_CallMethod(helper, "after_fork", "i", (int)pid);
             continue;
         } else {
@@ -127,15 +146,13 @@ static void serve(void) {
             Py_DECREF(request);
             return;
         }
-        PyOS_BeforeFork();
-        pid_t pid = fork();
+        pid_t pid = fork_quietly();
         if (pid == 0) {
-            PyOS_AfterFork_Child();
+            setsid(); /* first: a session and group of its own (Popen's start_new_session) */
             act(PyObject_CallMethod(helper, "become", "O", request));
             Py_DECREF(request);
             continue; /* ("serve",): this child serves requests of its own */
         }
-        PyOS_AfterFork_Parent();
         PyObject *done = PyObject_CallMethod(helper, "forked", "Oi", request, (int)pid);
         if (done == NULL) {
             PyErr_Print();

@@ -67,15 +67,17 @@ import tempfile
 import threading
 import time
 import traceback
+import zipfile
 from pathlib import Path
 
 START_TIMEOUT_S = 90.0
 OFF = "DDP_COURSE_COLD_LAUNCH"
 # What the server imports once: what a worker of the course imports anyway.
 PRELOAD = ("torch", "torch._dynamo", "torch.distributed.run", "numpy")
-# Variables read while Python starts, before any import can be watched: the locale's (by
-# the C library, unseen by `startup_variables`) and Python's own.
-PYTHON_START = ("PYTHON", "LANG", "LC_", "TZ")
+# Variables read while the process starts, before any import can be watched: the dynamic
+# loader's and the C library's (LD_PRELOAD, GLIBC_TUNABLES, MALLOC_*, the locale's: unseen
+# by `startup_variables`) and Python's own.
+PYTHON_START = ("PYTHON", "LANG", "LC_", "TZ", "LD_", "GLIBC_", "MALLOC_")
 # Names among those that are read only when used (a process group, a rendezvous, a
 # torch.load): a warm process sees them as a cold one does. The server's imports look
 # none of them up (tests/test_warm.py shows it, and what each one does, warm and cold).
@@ -108,12 +110,14 @@ def start_differences(env: dict, other: dict, read_at_start: frozenset,
     hold the same values)."""
     found = []
     for name in sorted(env.keys() | other.keys()):
-        if (env.get(name) == other.get(name) or name in READ_WHEN_USED or name in APPLIED
-                or name == SHARED):
+        if env.get(name) == other.get(name) or name in READ_WHEN_USED or name == SHARED:
             continue
+        if name in APPLIED and str(env.get(name, "")).isdigit() and int(env[name]) > 0:
+            continue  # `become` sets it; a value it cannot set sends the launch cold
         if set_by_imports and env.get(name) == set_by_imports.get(name, ...):
             continue
-        if worker and (name in WORKER_VARIABLES or name.startswith(WORKER_PREFIXES)):
+        if (worker and name not in read_at_start
+                and (name in WORKER_VARIABLES or name.startswith(WORKER_PREFIXES))):
             continue
         if (name in read_at_start or name.upper().startswith(PYTHON_START)
                 or any(p.endswith("*") and name.startswith(p[:-1]) for p in read_at_start)):
@@ -215,7 +219,7 @@ def startup_variables(env: dict | None = None, preload: tuple = PRELOAD) -> froz
                            timeout=300, capture_output=True,
                            env={**(os.environ if env is None else env),
                                 "LD_PRELOAD": str(shim), "GETENV_LOG": log})
-            lines = set(Path(log).read_text().splitlines()) - {"", "GETENV_LOG", "LD_PRELOAD"}
+            lines = set(Path(log).read_text().splitlines()) - {"", "GETENV_LOG"}
         names = {line for line in lines if not line.startswith("@scan ")}
         for line in lines - names:
             scanner = line.split(" ", 1)[1]
@@ -237,7 +241,8 @@ class _Serving:
     listener: socket.socket | None = None
     parent = 0  # serve while this process is our parent
     clients: dict = {}  # pid -> the connection that asked for it
-    pidfds: dict = {}  # pidfd -> pid: select wakes up when a child ends
+    pidfds: dict = {}  # pidfd -> pid: poll wakes up when a child ends
+    told: dict = {}  # connection fd -> pid: told how its child ended, not yet reaped
     env: dict = {}  # the environment this process started its work in
     set_by_imports: dict = {}  # what the server's imports added to its environment
     read_at_start: frozenset = frozenset()  # what they looked up (startup_variables)
@@ -283,11 +288,34 @@ def _fits(request: dict) -> str | None:
         return "its environment is larger than the room for /proc/self/environ"
     if request.get("namespaces") and os.geteuid() != 0:
         return "entering a host's namespaces needs root"
+    if request["kind"] == "script":
+        path = os.path.join(request["cwd"], request["script"])
+        if not os.path.isfile(path) or zipfile.is_zipfile(path):
+            return "its script is not a plain file (Python itself says what it is)"
+    folder = (os.path.dirname(os.path.realpath(os.path.join(request["cwd"], request["script"])))
+              if request["kind"] == "script" else request["cwd"])
+    shadowing = _shadowing(folder)
+    if shadowing:
+        return (f"its folder holds {', '.join(shadowing)}, named like a module the server "
+                "imported: a new process would import that file instead")
     differ = start_differences(request["env"], _Serving.env, _Serving.read_at_start,
                                _Serving.worker_server, _Serving.set_by_imports)
     if differ:
         return f"its environment differs in {', '.join(differ)}, read at start-up"
     return None
+
+
+def _shadowing(folder: str) -> list[str]:
+    """The files and folders in `folder` (first on a new process's sys.path) named like a
+    top-level module the server has imported."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return []
+    names = {name.split(".")[0] for name in sys.modules} - {"tools", "__main__"}
+    return sorted(e for e in entries if (e[:-3] if e.endswith(".py") else e) in names
+                  and (e.endswith(".py") or os.path.isdir(os.path.join(folder, e, "")))
+                  and e not in ("__pycache__",))
 
 
 def _read_request(conn: socket.socket):
@@ -305,26 +333,55 @@ def _read_request(conn: socket.socket):
     return request
 
 
+def _exit_code(info) -> int:
+    """A waitid result as `subprocess` reports it: the status, or minus the signal."""
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
 def _reap() -> None:
-    """Reap the children that have ended; tell each one's client how it ended."""
-    while True:
+    """Tell each ended child's client how it ended, then leave the child a zombie until
+    that client has closed the connection (it does once it has read the line): until then
+    its pid and its process group stay its own, as with a `subprocess.Popen` that has not
+    been waited for, so that torchrun's `os.killpg(pid, ...)` never finds it gone (nor
+    another process under a reused pid). Without pidfds (Linux before 5.3), reap at once."""
+    for pidfd, pid in list(_Serving.pidfds.items()):
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
         except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        for pidfd, owner in list(_Serving.pidfds.items()):
-            if owner == pid:
-                os.close(pidfd)
-                del _Serving.pidfds[pidfd]
-        conn = _Serving.clients.pop(pid, None)
-        if conn is not None:
+            info = None
+        if info is None:
+            continue
+        os.close(pidfd)
+        del _Serving.pidfds[pidfd]
+        conn = _Serving.clients[pid]
+        try:
+            conn.sendall(f"exit {_exit_code(info)}\n".encode())
+            _Serving.told[conn.fileno()] = pid  # reaped when it closes
+        except OSError:  # the client is gone
+            _forget(pid)
+    if not hasattr(os, "pidfd_open"):
+        while True:
             try:
-                conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-            except OSError:
-                pass
-            conn.close()
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = _Serving.clients.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
+                except OSError:
+                    pass
+                conn.close()
+
+
+def _forget(pid: int) -> None:
+    """Reap a child whose client has been told (or is gone), and close its connection."""
+    conn = _Serving.clients.pop(pid)
+    _Serving.told.pop(conn.fileno(), None)
+    conn.close()
+    os.waitpid(pid, 0)
 
 
 def next_request():
@@ -347,10 +404,12 @@ def _one_request():
     """The next request this server can serve, or None after a wait, a child's end or a
     request it declined."""
     poller = select.poll()  # not select(): any number of file descriptors
-    for fd in [_Serving.listener.fileno(), *_Serving.pidfds]:
+    for fd in [_Serving.listener.fileno(), *_Serving.pidfds, *_Serving.told]:
         poller.register(fd, select.POLLIN)
-    polling = 50 if _Serving.clients and not _Serving.pidfds else 500
+    polling = 50 if _Serving.clients and not hasattr(os, "pidfd_open") else 500
     ready = {fd for fd, _ in poller.poll(polling)}
+    for fd in ready & set(_Serving.told):  # the client has read how its child ended
+        _forget(_Serving.told[fd])
     _reap()
     if _Serving.listener.fileno() not in ready:
         return None
@@ -374,10 +433,20 @@ def _one_request():
 
 
 def forked(request: dict, pid: int) -> None:
-    """(Called from C, in the server.) The child exists: tell its client."""
+    """(Called from C, in the server.) The child exists: tell its client, once the child
+    leads a process group of its own (its first step), as after `Popen(...,
+    start_new_session=True)`: a `killpg(pid)` from then on reaches it."""
     for fd in request["_fds"]:
         os.close(fd)
     conn = request["_conn"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                break
+        except ProcessLookupError:
+            break
+        time.sleep(0.0002)
     try:
         conn.sendall(f"pid {pid}\n".encode())
     except OSError:  # the client is gone; the child is reaped all the same
@@ -402,7 +471,7 @@ def _let_go() -> None:
         os.close(pidfd)
     if _Serving.listener is not None:
         _Serving.listener.close()
-    _Serving.clients, _Serving.pidfds, _Serving.listener = {}, {}, None
+    _Serving.clients, _Serving.pidfds, _Serving.told, _Serving.listener = {}, {}, {}, None
 
 
 def _new_stdio(unbuffered: bool) -> None:
@@ -412,6 +481,7 @@ def _new_stdio(unbuffered: bool) -> None:
 
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
         old = getattr(sys, f"__{name}__") or getattr(sys, name)
+        setattr(_Serving, f"old_{name}", old)
         writing = fd > 0
         buffered = not (unbuffered and writing)
         buffer = open(fd, "wb" if writing else "rb", buffering=-1 if buffered else 0,
@@ -426,17 +496,24 @@ def _new_stdio(unbuffered: bool) -> None:
         setattr(sys, f"__{name}__", stream)
 
 
-def _reset_signals() -> None:
-    """Signal handlers and mask as a new interpreter has them."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+def _reset_signals(process: dict) -> None:
+    """Signal handlers as a new interpreter sets them, over what it inherits from the
+    launching process (the signals it ignores stay ignored; CPython installs its SIGINT
+    handler only where SIGINT was not ignored), then that process's signal mask."""
+    ignored = set(process.get("ignored", []))
     for number in signal.valid_signals():
-        handler = {signal.SIGINT: signal.default_int_handler, signal.SIGPIPE: signal.SIG_IGN,
-                   signal.SIGXFSZ: signal.SIG_IGN}.get(number, signal.SIG_DFL)
+        if number in ignored:
+            handler = signal.SIG_IGN
+        else:
+            handler = {signal.SIGINT: signal.default_int_handler,
+                       signal.SIGPIPE: signal.SIG_IGN,
+                       signal.SIGXFSZ: signal.SIG_IGN}.get(number, signal.SIG_DFL)
         try:
             if signal.getsignal(number) is not handler:
                 signal.signal(number, handler)
         except (OSError, ValueError, RuntimeError):  # SIGKILL, SIGSTOP, real-time ones
             pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, process.get("mask", []))
 
 
 def _fresh_main() -> None:
@@ -460,16 +537,15 @@ def _forget_tools() -> None:
 
 
 def become(request: dict):
-    """(Called from C, in the child.) Become the process the request asks for; return
-    what C is to do: run a file or a module, or exit."""
+    """(Called from C, in the child, which already leads a session of its own, as after
+    Popen's start_new_session.) Become the process the request asks for; return what C is
+    to do: run a file or a module. Signals are blocked until the handlers are set."""
     stdin, stdout, stderr = request["_fds"]
     conn = request["_conn"]
     _let_go()
     conn.close()
-    os.setsid()  # a session and process group of its own (Popen's start_new_session)
     if request.get("namespaces"):
         _enter(request["namespaces"])
-    _reset_signals()
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
     for fd in {stdin, stdout, stderr} - {0, 1, 2}:
@@ -477,42 +553,144 @@ def become(request: dict):
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # nothing left open from the server
     os.chdir(request["cwd"])
     env = request["env"]
-    os.environ.clear()  # unsetenv each, then putenv each: the C environment too
+    _LIBC.clearenv()  # the C environment too, also what C code set behind os.environ
+    os.environ.clear()
     os.environ.update(env)
+    # What the server's imports set in their environment (torch._dynamo's import sets
+    # TORCHINDUCTOR_CACHE_DIR), as they would in a script that makes them (DDP's
+    # constructor does). Not in torchrun's agent or a kernel: cold, they import neither.
+    if request["kind"] == "script":
+        for name, value in _Serving.set_by_imports.items():
+            os.environ.setdefault(name, value)
+    _inherit(request.get("process", {}))
     _new_stdio(bool(request.get("unbuffered")) or bool(env.get("PYTHONUNBUFFERED")))
     _fresh_main()
     _forget_tools()
-    if "tempfile" in sys.modules:
-        sys.modules["tempfile"].tempdir = None  # found again from this environment
-    _reseed()
-    threads = env.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(int(threads))  # torchrun's 1, read at import
+    _fresh_state()
+    _threads(env)
     sys.orig_argv = list(request["orig_argv"])
-    _retitle(sys.orig_argv, env)
+    _retitle(sys.orig_argv, env)  # what it was started with, as the kernel shows it
+    if request["kind"] == "module":  # a notebook kernel: gone with its server, as with
+        _LIBC.prctl(1, signal.SIGKILL)  # papermill (ipykernel's parent poller cannot see it)
     gc.collect()  # what the server's code left, now, not during the script
+    _reset_signals(request.get("process", {}))  # last: handlers set, then unblocked
     if request["kind"] in ("torchrun", "module"):  # `python -m MODULE ARGS`
         module = request.get("module", "torch.distributed.run")
         sys.argv = ["-m", *request["args"]]  # runpy puts the module's path first
         sys.modules.pop(module, None)  # it runs again, as __main__
         sys.path[0] = os.getcwd()
         return _start_worker_server() if request["kind"] == "torchrun" else ("run_module", module)
-    script = request["script"]
-    path = os.path.abspath(script)
-    sys.argv = [script, *request["args"]]
+    path = _script_path(request["script"])
+    sys.argv = [request["script"], *request["args"]]
     sys.path[0] = os.path.dirname(os.path.realpath(path))
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as error:
-        print(f"{sys.orig_argv[0]}: can't open file {path!r}: [Errno {error.errno}] "
-              f"{error.strerror}", file=sys.stderr, flush=True)
-        return ("exit", 2)
-    if os.path.isdir(path):
-        print(f"{sys.orig_argv[0]}: {path!r} is a directory, cannot continue",
-              file=sys.stderr, flush=True)
-        return ("exit", 1)
     return ("run_file", path)
+
+
+def _script_path(script: str) -> str:
+    """The script's path as CPython makes it absolute (_Py_abspath: the folder joined
+    before a relative path, which is not normalised: `./a/../b.py` stays)."""
+    return script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def process_attributes() -> dict:
+    """What a child of this process inherits besides its environment and folder, for a
+    warm child to take: the signals this process ignores (Popen resets only SIGPIPE and
+    SIGXFSZ; exec keeps the others ignored), this thread's signal mask, the umask, the
+    CPU affinity (OpenMP and OpenBLAS size their pools from it)."""
+    ignored = [int(s) for s in signal.valid_signals()
+               if s not in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGKILL, signal.SIGSTOP)
+               and signal.getsignal(s) is signal.SIG_IGN]
+    mask = [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]
+    umask = os.umask(0o22)
+    os.umask(umask)
+    return {"ignored": ignored, "mask": mask, "umask": umask,
+            "affinity": sorted(os.sched_getaffinity(0))}
+
+
+def _inherit(process: dict) -> None:
+    if "umask" in process:
+        os.umask(process["umask"])
+    if process.get("affinity"):
+        try:
+            os.sched_setaffinity(0, process["affinity"])
+        except OSError:
+            pass
+
+
+def _fresh_state() -> None:
+    """What the server's modules computed from the server itself, computed again for this
+    process, as a new one would: its temporary folder, host name (lesson 12's hosts), the
+    multiprocessing folder and key, logging's start time."""
+    if "tempfile" in sys.modules:  # unset, or found again under this process's TMPDIR
+        tempfile_module = sys.modules["tempfile"]
+        found = tempfile_module.tempdir is not None  # torch._dynamo's import looks it up
+        tempfile_module.tempdir = None
+        if found:
+            tempfile_module.gettempdir()
+    if "platform" in sys.modules:
+        sys.modules["platform"]._uname_cache = None
+    if "multiprocessing.process" in sys.modules:
+        process = sys.modules["multiprocessing.process"]
+        process.ORIGINAL_DIR = os.getcwd()
+        process.current_process().authkey = os.urandom(32)
+    if "logging" in sys.modules:
+        logging = sys.modules["logging"]
+        logging._startTime = time.time()
+        # Handlers made at import (torch's) write to the streams of the moment, as they do
+        # in a process whose imports come after its streams are set (a kernel's OutStream)
+        for handler in [*logging.root.handlers, *(
+                h for logger in logging.Logger.manager.loggerDict.values()
+                for h in getattr(logger, "handlers", []))]:
+            stream = getattr(handler, "stream", None)
+            for name in ("stdout", "stderr"):
+                if stream is getattr(_Serving, f"old_{name}", None):
+                    handler.stream = _Current(name)
+    _reseed()
+
+
+class _Current:
+    """A stream that is whatever sys.stdout (or sys.stderr) is when it is written to."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attribute):
+        return getattr(getattr(sys, self.name), attribute)
+
+
+def _threads(env: dict) -> None:
+    """torchrun's OMP_NUM_THREADS, which torch and numpy's OpenBLAS read when imported: set
+    it in both, as a process started with it would have them."""
+    threads = env.get("OMP_NUM_THREADS", "")
+    if not (threads.isdigit() and int(threads) > 0):
+        return
+    if "torch" in sys.modules and sys.modules["torch"].get_num_threads() != int(threads):
+        sys.modules["torch"].set_num_threads(int(threads))
+    if "OPENBLAS_NUM_THREADS" in env or "GOTO_NUM_THREADS" in env:
+        return  # OpenBLAS reads those first (the server had the same)
+    for setter in _openblas_setters():
+        setter(int(threads))
+
+
+def _openblas_setters() -> list:
+    """The thread-count setters of the OpenBLAS libraries this process has loaded."""
+    found = []
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "openblas" in line.split()[-1]}
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                     "openblas_set_num_threads"):
+            if hasattr(library, name):
+                found.append(getattr(library, name))
+                break
+    return found
 
 
 def _enter(host: dict) -> None:
@@ -563,6 +741,7 @@ def _reseed() -> None:
 class _Agent:
     address: str | None = None  # the socket of this torchrun's own server
     env: dict = {}
+    pid = 0  # this torchrun's
 
 
 def _start_worker_server():
@@ -574,23 +753,27 @@ def _start_worker_server():
     listener.bind(address)
     listener.listen(64)
     _Serving.listener, _Agent.address, _Agent.env = listener, address, dict(os.environ)
+    _Agent.pid = os.getpid()
     return ("fork",)
 
 
 def after_fork(pid: int):
-    """(Called from C.) In the torchrun (pid > 0): run torchrun, its workers forked by the
-    server forked just now. In that server (pid 0): serve."""
+    """(Called from C, signals blocked.) In the torchrun (pid > 0): run torchrun, its
+    workers forked by the server forked just now. In that server (pid 0): serve."""
     if pid == 0:
-        _Serving.parent = os.getppid()
+        _Serving.parent = _Agent.pid  # torchrun's pid, taken before the fork
         _Serving.env = dict(os.environ)
         _Serving.worker_server = True
         os.setpgid(0, 0)  # out of torchrun's group: a signal to the group is not for it
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with torchrun
-        if os.getppid() != _Serving.parent:
-            os._exit(0)
+        if _LIBC.prctl(1, signal.SIGKILL) != 0 or os.getppid() != _Serving.parent:
+            os._exit(0)  # PR_SET_PDEATHSIG: gone with torchrun (or torchrun is gone already)
+        null = os.open(os.devnull, os.O_RDWR)  # not torchrun's output: the launcher must see
+        for fd in (0, 1, 2):  # its end when torchrun ends
+            os.dup2(null, fd)
+        os.close(null)
         _retitle([sys.orig_argv[0], "-m", "tools.zygote", "--workers-of", str(_Serving.parent)],
                  None)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         return ("serve",)
     _Serving.listener.close()
     _Serving.listener = None
@@ -622,7 +805,8 @@ def _start_worker(args: tuple, env: dict, stdout, stderr):
             or start_differences(env, _Agent.env, _Serving.read_at_start, worker=True)):
         return None
     request = {"kind": "script", "script": args[2], "args": list(args[3:]),
-               "orig_argv": list(args), "cwd": os.getcwd(), "env": env, "unbuffered": True}
+               "orig_argv": list(args), "cwd": os.getcwd(), "env": env, "unbuffered": True,
+               "process": process_attributes()}
     fds = [0, stdout.fileno() if stdout else 1, stderr.fileno() if stderr else 2]
     try:
         return WarmProcess(_Agent.address, request, fds)
@@ -897,7 +1081,7 @@ def _server_for(env: dict, default_env: dict):
 
 def _pipes(separate_stderr: bool):
     """(stdin, stdout, stderr) for a child and the read ends for us."""
-    null = os.open(os.devnull, os.O_RDONLY)
+    null = os.open(os.devnull, os.O_RDWR)  # as subprocess.DEVNULL
     out = os.pipe()
     err = os.pipe() if separate_stderr else None
     fds = [null, out[1], (err or out)[1]]
@@ -932,7 +1116,7 @@ def start(torchrun_args: list[str], cwd, env: dict, default_env: dict,
         return None
     request = {"kind": "torchrun", "args": list(torchrun_args), "cwd": str(cwd), "env": env,
                "orig_argv": [sys.executable, "-m", "torch.distributed.run", *torchrun_args],
-               "namespaces": namespaces}
+               "namespaces": namespaces, "process": process_attributes()}
     return _spawn(server, request)
 
 
@@ -945,7 +1129,7 @@ def start_script(script, args: list[str], cwd, env: dict, default_env: dict,
     request = {"kind": "script", "script": str(script), "args": list(map(str, args)),
                "cwd": str(cwd), "env": env,
                "orig_argv": [sys.executable, str(script), *map(str, args)],
-               "namespaces": namespaces}
+               "namespaces": namespaces, "process": process_attributes()}
     return _spawn(server, request, separate_stderr)
 
 
@@ -1003,8 +1187,8 @@ def start_kernel(argv: list[str], env: dict, cwd):
         if not server.alive():
             return None
     request = {"kind": "module", "module": argv[2], "args": list(argv[3:]), "cwd": str(cwd),
-               "env": env, "orig_argv": list(argv)}
-    null = os.open(os.devnull, os.O_RDONLY)
+               "env": env, "orig_argv": list(argv), "process": process_attributes()}
+    null = os.open(os.devnull, os.O_RDWR)
     try:
         return WarmProcess(server.path, request, [null, 1, 2])
     except Declined as declined:
