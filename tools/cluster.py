@@ -230,8 +230,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=10 State=UP
 
 
 def slurm_env() -> dict:
-    """What Slurm's commands need: where the configuration is."""
-    return {"SLURM_CONF": str(STATE / "slurm" / "slurm.conf")}
+    """What Slurm's commands need: where the configuration is, and a PATH with the sbin
+    folders, where Debian puts its daemons (a minimal environment's PATH may lack them)."""
+    path = os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+    path += [folder for folder in ("/usr/local/sbin", "/usr/sbin", "/sbin") if folder not in path]
+    return {"SLURM_CONF": str(STATE / "slurm" / "slurm.conf"), "PATH": os.pathsep.join(path)}
 
 
 def start_slurm() -> None:

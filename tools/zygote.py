@@ -245,6 +245,7 @@ class _Serving:
     told: dict = {}  # connection fd -> pid: told how its child ended, not yet reaped
     env: dict = {}  # the environment this process started its work in
     set_by_imports: dict = {}  # what the server's imports added to its environment
+    imports_found_tempdir = False  # whether they looked up the temporary folder
     read_at_start: frozenset = frozenset()  # what they looked up (startup_variables)
     worker_server = False  # a torchrun's own server (its children are workers)
     stop = threading.Event()
@@ -566,7 +567,7 @@ def become(request: dict):
     _new_stdio(bool(request.get("unbuffered")) or bool(env.get("PYTHONUNBUFFERED")))
     _fresh_main()
     _forget_tools()
-    _fresh_state()
+    _fresh_state(request["kind"], env)
     _threads(env)
     sys.orig_argv = list(request["orig_argv"])
     _retitle(sys.orig_argv, env)  # what it was started with, as the kernel shows it
@@ -620,13 +621,21 @@ def _inherit(process: dict) -> None:
             pass
 
 
-def _fresh_state() -> None:
+def _fresh_state(kind: str, env: dict) -> None:
     """What the server's modules computed from the server itself, computed again for this
     process, as a new one would: its temporary folder, host name (lesson 12's hosts), the
     multiprocessing folder and key, logging's start time."""
-    if "tempfile" in sys.modules:  # unset, or found again under this process's TMPDIR
+    if "tempfile" in sys.modules:
+        # torch._dynamo's import looks the temporary folder up, for the default of the
+        # variable it sets (TORCHINDUCTOR_CACHE_DIR): a script's cold import does too,
+        # unless its environment already sets that variable; torchrun's agent never
+        # imports torch._dynamo. Found again under this process's TMPDIR, or left unset.
         tempfile_module = sys.modules["tempfile"]
-        found = tempfile_module.tempdir is not None  # torch._dynamo's import looks it up
+        found = _Serving.imports_found_tempdir
+        if kind == "script":
+            found = found and not any(name in env for name in _Serving.set_by_imports)
+        elif kind == "torchrun":
+            found = False
         tempfile_module.tempdir = None
         if found:
             tempfile_module.gettempdir()
@@ -824,8 +833,10 @@ def serve(path: str, parent: int, preload: tuple = PRELOAD) -> None:
     # The environment before the imports: they may add to it (torch._dynamo sets
     # TORCHINDUCTOR_CACHE_DIR, which torch._inductor sets again whenever it needs it).
     _Serving.parent, _Serving.env = parent, dict(os.environ)
+    tempfile.tempdir = None  # what the imports look up, not what the server did
     for name in preload:
         __import__(name)
+    _Serving.imports_found_tempdir = tempfile.tempdir is not None
     _Serving.set_by_imports = {k: v for k, v in os.environ.items() if _Serving.env.get(k) != v}
     touched = _gpu_libraries()
     if touched:  # a fork would carry the driver's state: its children could not use the GPU
