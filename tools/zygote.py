@@ -53,6 +53,8 @@ import atexit
 import ctypes
 import gc
 import hashlib
+import importlib.abc
+import importlib.machinery
 import json
 import os
 import select
@@ -246,6 +248,7 @@ class _Serving:
     env: dict = {}  # the environment this process started its work in
     set_by_imports: dict = {}  # what the server's imports added to its environment
     imports_found_tempdir = False  # whether they looked up the temporary folder
+    import_again: dict = {}  # {module: (variables its import set, it looked up tempdir)}
     read_at_start: frozenset = frozenset()  # what they looked up (startup_variables)
     worker_server = False  # a torchrun's own server (its children are workers)
     stop = threading.Event()
@@ -557,17 +560,13 @@ def become(request: dict):
     _LIBC.clearenv()  # the C environment too, also what C code set behind os.environ
     os.environ.clear()
     os.environ.update(env)
-    # What the server's imports set in their environment (torch._dynamo's import sets
-    # TORCHINDUCTOR_CACHE_DIR), as they would in a script that makes them (DDP's
-    # constructor does). Not in torchrun's agent or a kernel: cold, they import neither.
-    if request["kind"] == "script":
-        for name, value in _Serving.set_by_imports.items():
-            os.environ.setdefault(name, value)
+    for name, (variables, tempdir) in _Serving.import_again.items():
+        _hide(name, variables, tempdir)
     _inherit(request.get("process", {}))
     _new_stdio(bool(request.get("unbuffered")) or bool(env.get("PYTHONUNBUFFERED")))
     _fresh_main()
     _forget_tools()
-    _fresh_state(request["kind"], env)
+    _fresh_state()
     _threads(env)
     sys.orig_argv = list(request["orig_argv"])
     _retitle(sys.orig_argv, env)  # what it was started with, as the kernel shows it
@@ -621,24 +620,53 @@ def _inherit(process: dict) -> None:
             pass
 
 
-def _fresh_state(kind: str, env: dict) -> None:
+def _hide(name: str, variables: dict, tempdir: bool) -> None:
+    """Take the module `name`, whose import set `variables` in the environment, out of
+    sight (sys.modules and its parent package) until this process imports it: torch's
+    lazy attribute (`torch._dynamo`, as DDP's constructor uses it) or an import statement
+    then finds it through _ImportAgain, which hands the module back without running it
+    again and does to the environment what the import did (torch._dynamo's sets
+    TORCHINDUCTOR_CACHE_DIR, from the temporary folder), as in a cold process. A process
+    that never imports it, such as torchrun's agent, never has those variables set."""
+    module = sys.modules.pop(name, None)
+    if module is None:  # hidden already (a worker of a warm torchrun's agent)
+        return
+    parent, _, child = name.rpartition(".")
+    if parent and vars(sys.modules[parent]).get(child) is module:
+        delattr(sys.modules[parent], child)
+    sys.meta_path.insert(0, _ImportAgain(name, module, variables, tempdir))
+
+
+class _ImportAgain(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, name, module, variables: dict, tempdir: bool):
+        self.name, self.module, self.variables, self.tempdir = name, module, variables, tempdir
+        self.spec = module.__spec__
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, origin=self.spec.origin)
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module):
+        sys.meta_path.remove(self)
+        module.__spec__ = self.spec  # as it was: the import system set ours
+        missing = {k: v for k, v in self.variables.items() if k not in os.environ}
+        os.environ.update(missing)  # a cold import sets them only where they are unset
+        if missing and self.tempdir:
+            tempfile.gettempdir()
+
+
+def _fresh_state() -> None:
     """What the server's modules computed from the server itself, computed again for this
     process, as a new one would: its temporary folder, host name (lesson 12's hosts), the
     multiprocessing folder and key, logging's start time."""
-    if "tempfile" in sys.modules:
-        # torch._dynamo's import looks the temporary folder up, for the default of the
-        # variable it sets (TORCHINDUCTOR_CACHE_DIR): a script's cold import does too,
-        # unless its environment already sets that variable; torchrun's agent never
-        # imports torch._dynamo. Found again under this process's TMPDIR, or left unset.
-        tempfile_module = sys.modules["tempfile"]
-        found = _Serving.imports_found_tempdir
-        if kind == "script":
-            found = found and not any(name in env for name in _Serving.set_by_imports)
-        elif kind == "torchrun":
-            found = False
-        tempfile_module.tempdir = None
-        if found:
-            tempfile_module.gettempdir()
+    if "tempfile" in sys.modules:  # unset, or found again under this process's TMPDIR
+        sys.modules["tempfile"].tempdir = None
+        if _Serving.imports_found_tempdir:
+            sys.modules["tempfile"].gettempdir()
     if "platform" in sys.modules:
         sys.modules["platform"]._uname_cache = None
     if "multiprocessing.process" in sys.modules:
@@ -833,10 +861,15 @@ def serve(path: str, parent: int, preload: tuple = PRELOAD) -> None:
     # The environment before the imports: they may add to it (torch._dynamo sets
     # TORCHINDUCTOR_CACHE_DIR, which torch._inductor sets again whenever it needs it).
     _Serving.parent, _Serving.env = parent, dict(os.environ)
-    tempfile.tempdir = None  # what the imports look up, not what the server did
-    for name in preload:
+    for name in preload:  # what each import adds to the environment, and if it looks up
+        before = dict(os.environ)  # the temporary folder (not what the server did)
+        tempfile.tempdir = None
         __import__(name)
-    _Serving.imports_found_tempdir = tempfile.tempdir is not None
+        added = {k: v for k, v in os.environ.items() if before.get(k) != v}
+        if added:  # hidden in each child until it imports the module itself (_hide)
+            _Serving.import_again[name] = (added, tempfile.tempdir is not None)
+        elif tempfile.tempdir is not None:
+            _Serving.imports_found_tempdir = True
     _Serving.set_by_imports = {k: v for k, v in os.environ.items() if _Serving.env.get(k) != v}
     touched = _gpu_libraries()
     if touched:  # a fork would carry the driver's state: its children could not use the GPU
