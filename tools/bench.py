@@ -1,8 +1,8 @@
 """`make bench`: the figures the course's budgets are about, measured on this machine.
 
-* the cost of one 2-rank torchrun launch of a minimal script (init and destroy a
-  process group) against a bare `python -c "import torch"`, of one that also builds a
-  DDP model (whose constructor imports torch._dynamo), and of 1 and 4 ranks, medians of
+* the cost of one 2-rank torchrun launch of a minimal script (join a process group,
+  meet at a barrier, leave) against a bare `python -c "import torch"`, of one that also
+  builds a DDP model (whose constructor imports torch._dynamo), and of 1 and 4 ranks, medians of
   several runs, as a learner's shell starts them (cold); then the same launches through
   the course's launcher, which on Linux forks torchrun and its workers from a process
   that has imported torch (tools/zygote.py, warm): those are the lessons' launches, and
@@ -49,10 +49,14 @@ import nbformat
 from tools.course import REPO, execute, lessons, make_workspace, uses_cluster, why_not_here
 from tools.launch import LOG
 
+# Join, meet once, leave: a rank that leaves straight after joining can close its Gloo
+# connections while a peer is still completing its own (connectFullMesh: "Connection
+# closed by peer"), seen in 3 of 40 warm 4-rank launches, whose ranks join together.
 MINIMAL_SCRIPT = """\
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
+dist.barrier()
 dist.destroy_process_group()
 """
 MINIMAL_DDP_SCRIPT = """\
