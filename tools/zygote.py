@@ -25,12 +25,15 @@ the first frame of its stack (py-spy, tracebacks), it runs in a fresh `__main__`
 CPython's own PyRun_AnyFileExFlags, and it ends as Python's main() ends (Py_FinalizeEx,
 atexit, then exit()). Before it runs, the child (`become`) takes the launch's session,
 folder, environment and standard streams; closes every file the server held; resets
-signals; reseeds what a new process seeds itself (torch's default generator, numpy's);
-sets torch's thread count from OMP_NUM_THREADS (torchrun sets it; torch reads it only at
-import); and sets sys.argv, sys.orig_argv, sys.path[0] and __file__ as Python would. It
-also rewrites its /proc/self/cmdline (py-spy's header, `ps`) and /proc/self/environ (read
-by lesson 14's `local_ranks`) over room the server was started with. What still differs
-is listed in tests/test_warm.py, with how each is handled.
+signals (and takes the ignored ones, mask, umask and CPU affinity of the launching
+process); reseeds what a new process seeds itself (torch's default generator, numpy's);
+sets torch's and OpenBLAS's thread counts from OMP_NUM_THREADS (torchrun sets it; they
+read it only at import); hides torch._dynamo until the script imports it, so that the
+variable its import sets (TORCHINDUCTOR_CACHE_DIR) appears only where a cold process
+would have it (`_hide`); and sets sys.argv, sys.orig_argv, sys.path[0] and __file__ as
+Python would. It also rewrites its /proc/self/cmdline (py-spy's header, `ps`) and
+/proc/self/environ (read by lesson 14's `local_ranks`) over room the server was started
+with. What still differs is listed in tests/test_warm.py, with how each is handled.
 
 A launch gets cold processes instead when its environment differs from the server's in a
 variable that Python, torch or a library reads while starting up (measured: what the
@@ -41,8 +44,10 @@ compiler or Python headers), on macOS, and with DDP_COURSE_COLD_LAUNCH=1.
 
 Protocol, one Unix-socket connection per process: the client sends one JSON line and
 three file descriptors (the child's stdin, stdout, stderr; SCM_RIGHTS); the server answers
-"pid N" once the child exists and "exit CODE" (negative: killed by that signal, as
-`subprocess` reports it) once it has reaped it, or "cold REASON" when it declines.
+"pid N" once the child exists (and leads its own session) and "exit CODE" (negative:
+killed by that signal, as `subprocess` reports it) once it has ended, or "cold REASON"
+when it declines. The server reaps the child only when the client has closed the
+connection, so that its process id is not reused while the client may still signal it.
 
     python -m tools.zygote SOCKET_PATH PARENT_PID ROOM   (started by tools/launch.py)
 """
