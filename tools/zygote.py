@@ -1116,16 +1116,21 @@ def _server_for(env: dict, default_env: dict):
         if _server is None:
             shared = os.environ.get(SHARED)
             _server = Shared(shared) if shared else Server(default_env)
-        if not _server.ready:
-            if _server.why_not is not None:
-                return None
-            _server.ready = _server.wait_ready()
-            if not _server.ready:
-                why_cold = f"the warm server did not start: {_server.why_not}"
-                return None
-        if not _server.alive():
-            return None
-        return _server
+        return _server if _ready(_server, "warm server") else None
+
+
+def _ready(server, name: str) -> bool:
+    """Whether `server` serves now (waiting for it once, the first time); if not, why_cold
+    says why."""
+    global why_cold
+    if not server.ready:
+        if server.why_not is not None:
+            return False
+        server.ready = server.wait_ready()
+        if not server.ready:
+            why_cold = f"the {name} did not start: {server.why_not}"
+            return False
+    return server.alive()
 
 
 def _pipes(separate_stderr: bool):
@@ -1226,14 +1231,7 @@ def start_kernel(argv: list[str], env: dict, cwd):
         if _kernel_server is None:
             _kernel_server = Server(env, KERNEL_PRELOAD)
         server = _kernel_server
-        if not server.ready:
-            if server.why_not is not None:
-                return None
-            server.ready = server.wait_ready()
-            if not server.ready:
-                why_cold = f"the warm kernel server did not start: {server.why_not}"
-                return None
-        if not server.alive():
+        if not _ready(server, "warm kernel server"):
             return None
     request = {"kind": "module", "module": argv[2], "args": list(argv[3:]), "cwd": str(cwd),
                "env": env, "orig_argv": list(argv), "process": process_attributes()}
