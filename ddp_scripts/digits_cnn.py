@@ -47,11 +47,25 @@ def test_accuracy(model, test, device):
         return (model(x.to(device)).argmax(1) == y.to(device)).float().mean().item()
 
 
+def compute_rate(calls=200):
+    """Matrix products per second (about 0.1 s of work), timed by every rank at once: their
+    rates summed, against one process's, say how many cores' worth the machine gave."""
+    a, b = torch.randn(2, 256, 256, generator=torch.Generator().manual_seed(0))
+    a @ b  # the first product sets things up: not timed
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        a @ b
+    return calls / (time.perf_counter() - start)
+
+
 class Meter:
-    """Samples per second from the second step on; the share of a core the process had."""
+    """Samples per second after the first step, the share of a core had, compute_rate()."""
 
     def __init__(self):
         self.samples, self.start = 0, None
+        self.rates = [compute_rate()]
 
     def count(self, n):
         self.samples += n
@@ -61,4 +75,5 @@ class Meter:
     def results(self):
         seconds = time.perf_counter() - self.start
         return {"samples": self.samples, "per_second": (self.samples - self.warm_up) / seconds,
-                "cpu_share": (time.process_time() - self.cpu) / seconds}
+                "cpu_share": (time.process_time() - self.cpu) / seconds,
+                "compute_rates": self.rates + [compute_rate()]}  # on every rank, too
