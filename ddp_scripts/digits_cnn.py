@@ -47,21 +47,21 @@ def test_accuracy(model, test, device):
         return (model(x.to(device)).argmax(1) == y.to(device)).float().mean().item()
 
 
-def compute_rate(calls=200):
-    """Matrix products per second (about 0.1 s of work), timed by every rank at once: their
-    rates summed, against one process's, say how many cores' worth the machine gave."""
+def compute_rate(seconds=0.15):
+    """Matrix products per second, in a window all ranks start at once (a barrier)."""
     a, b = torch.randn(2, 256, 256, generator=torch.Generator().manual_seed(0))
     a @ b  # the first product sets things up: not timed
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
-    start = time.perf_counter()
-    for _ in range(calls):
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
         a @ b
+        calls += 1
     return calls / (time.perf_counter() - start)
 
 
 class Meter:
-    """Samples per second after the first step, the share of a core had, compute_rate()."""
+    """Samples/s after step 1; the share of a core it had; compute_rate() at start and end."""
 
     def __init__(self):
         self.samples, self.start = 0, None
@@ -76,4 +76,4 @@ class Meter:
         seconds = time.perf_counter() - self.start
         return {"samples": self.samples, "per_second": (self.samples - self.warm_up) / seconds,
                 "cpu_share": (time.process_time() - self.cpu) / seconds,
-                "compute_rates": self.rates + [compute_rate()]}  # on every rank, too
+                "compute_rates": self.rates + [compute_rate()]}
