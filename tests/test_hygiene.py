@@ -108,9 +108,11 @@ def test_results_beside_their_code(path):
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_writefile_cells_match_committed_scripts(path):
     for target, (text, _) in written_scripts(read(path), NOTEBOOKS).items():
-        assert target.is_file(), f"{target.name} is not committed"
+        assert target.is_file(), (f"{target.name} is not committed: run `python -m "
+                                  "tools.course_map --write` and commit it")
         assert target.read_text().rstrip("\n") == text.rstrip("\n"), \
-            f"{target.name} differs from the cells that write it"
+            f"{target.name} differs from the cells that write it: `python -m " \
+            "tools.course_map --write`"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)

@@ -263,7 +263,8 @@ def test_warm_and_cold_torchrun_print_the_same_and_fail_alike(warm_starts, monke
     assert warm.returncode == cold.returncode == 1
     # Rank 1's lines, in any order (torchrun copies a rank's stdout and stderr in two
     # threads); rank 0 may be stopped mid-way once rank 1 has failed.
-    assert sorted(warm.rank_lines(1)) == sorted(cold.rank_lines(1))
+    assert sorted(warm.rank_lines(1)) == sorted(cold.rank_lines(1)), (
+        f"warm:\n{warm.output[-2500:]}\ncold:\n{cold.output[-2500:]}")  # seen once, loaded
     for result in (warm, cold):
         assert "exitcode  : 3" in result.output and "rank 1 gives up: no data" in \
             result.stderr_by_rank[1]

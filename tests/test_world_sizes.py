@@ -20,36 +20,22 @@ the two lessons below at 4 as well as 3, about a minute more."""
 import nbformat
 import pytest
 
+from tools import lessons as registry
 from tools.course import NOTEBOOKS, execute, lessons, why_not_here
 from tools.exercises import exercise_list
 
-# stem: what changes with the world size
-DEPENDS_ON_WORLD_SIZE = {
-    "00_ddp_in_ten_minutes": "each rank's share of the data, equal weights to one process",
-    "02_collectives": "the ring's chunks and every collective's result",
-    "05_ddp": "the average over ranks, by hand and by DDP",
-    "05_ddp_training": "the sampler's padding and metrics summed over ranks",
-    "06_skewed_speeds": "uneven inputs and Join",
-    "07_checkpointing": "resuming the sampler at any world size",
-    "07_checkpoints_survive": "every rank's workers, and the distributed checkpoint's shards",
-    "09_real_training": "the global batch of gradient accumulation",
-    "10_beyond_allreduce": "ZeRO's and FSDP2's shards",
-    "11_pipeline_ddp": "the stage and data-parallel groups",
-}
-
-
+# stem: what changes with the world size (tools/lessons.py: each lesson's world_sizes)
+DEPENDS_ON_WORLD_SIZE = {lesson.stem: lesson.world_sizes[3] for lesson in registry.LESSONS
+                         if 3 in lesson.world_sizes}
 # the lessons that run at 4 as well as 3: what changes there
-ALSO_AT_4 = {
-    "00_ddp_in_ten_minutes": "the quick start invites WORLD_SIZE=4",
-    "06_skewed_speeds": "stragglers and uneven inputs among four ranks, Join with three done",
-    "07_checkpoints_survive": "four ranks' loader workers, and four shards resharded",
-    "11_pipeline_ddp": "a 2 x 2 grid of stages and data-parallel groups",
-}
+ALSO_AT_4 = {lesson.stem: lesson.world_sizes[4] for lesson in registry.LESSONS
+             if 4 in lesson.world_sizes}
 
 
 def test_the_list_names_lessons():
     assert set(DEPENDS_ON_WORLD_SIZE) <= {p.stem for p in lessons()}
-    assert set(ALSO_AT_4) <= set(DEPENDS_ON_WORLD_SIZE)
+    assert set(ALSO_AT_4) <= set(DEPENDS_ON_WORLD_SIZE), "a lesson checked at 4 is at 3 too"
+    assert {n for lesson in registry.LESSONS for n in lesson.world_sizes} <= {3, 4}
 
 
 def without_proven_exercises(nb):

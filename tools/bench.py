@@ -46,8 +46,10 @@ from typing import NamedTuple
 
 import nbformat
 
+from tools import lessons as registry
 from tools.course import REPO, execute, lessons, make_workspace, uses_cluster, why_not_here
 from tools.launch import LOG
+from tools.lessons import LESSON_BUDGET_S
 
 # Join, meet once, leave: a rank that leaves straight after joining can close its Gloo
 # connections while a peer is still completing its own (connectFullMesh: "Connection
@@ -71,10 +73,9 @@ del model
 dist.destroy_process_group()
 """
 LAUNCH_BUDGET_RATIO = 0.6  # a warm 2-rank launch with a DDP model, over a bare import
-LESSON_BUDGET_S = 20.0
-LESSON_BUDGETS_S = {"12_clusters": 45.0,  # lesson 12 builds two hosts and Slurm
-                    "13_capstone_gpt": 60.0,  # the capstone: seven runs, one of them killed
-                    "16_slow_link": 45.0}  # lesson 16 builds two hosts and slows their link
+# a lesson's budget: 20 s, more for the few that build hosts or train the capstone
+LESSON_BUDGETS_S = {lesson.stem: lesson.budget_s for lesson in registry.LESSONS
+                    if lesson.budget_s != LESSON_BUDGET_S}
 COURSE_BUDGET_S = 240.0
 FLOOR_BUDGET_RATIO = 1.5
 RING_BUDGET_RATIO = 1.5
@@ -212,6 +213,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-lessons", action="store_true")
+    parser.add_argument("--only", action="append", metavar="STEM",
+                        help="time only this lesson (repeatable): a new lesson's seconds for "
+                        "the course map, without running the others")
     parser.add_argument("--no-record", action="store_true",
                         help="do not keep the lessons' seconds for the course map")
     args = parser.parse_args(argv)
@@ -278,6 +282,8 @@ def main(argv=None) -> int:
         seconds_by_lesson = {}
         single_machine = 0.0
         for path in lessons():
+            if args.only and path.stem not in args.only:
+                continue
             reason = why_not_here(path)
             if reason:
                 print(f"{path.name:<30}  skipped: {reason}", flush=True)

@@ -51,6 +51,7 @@ def without_deep_dives(markdown: str) -> str:
 
 
 MAP_HEADING = "## The course map"  # the first lesson's cell that tools/course_map.py writes
+NEXT = "**Next:**"  # each lesson's closing line, which tools/course_map.py writes
 
 
 def main_path_prose(nb) -> str:
@@ -58,8 +59,8 @@ def main_path_prose(nb) -> str:
     `<details>` blocks and the fenced code taken out."""
     parts = []
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            text = without_deep_dives(cell.source)
+        if cell.cell_type == "markdown" and not cell.source.startswith(MAP_HEADING):
+            text = without_deep_dives(cell.source).split(NEXT)[0]  # made, not written
             parts.append(re.sub(r"```.*?```", "", text, flags=re.S))
     return "\n".join(parts)
 

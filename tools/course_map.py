@@ -1,13 +1,15 @@
 """The course map: the core path through the lessons, and the other lessons as topics to
-take when needed, each with its reading minutes and its run seconds.
+take when needed, each with its reading minutes and its run seconds; the README's table of
+lessons; and each lesson's closing "**Next:**" line.
 
-The titles and the reading minutes come from the notebooks, the seconds from the last
-`make bench` (`tools/lesson_seconds.json`); only the order and the one-line reasons
-below are written by hand. The same map goes into the README (between the two MARKERS
+The lessons, their order, parts and lines come from the registry (tools/lessons.py), the
+titles and the reading minutes from the notebooks, the seconds from the last `make bench`
+(`tools/lesson_seconds.json`). The map goes into the README (between the two MARKERS
 lines), into the last lesson cell that starts with MAP_HEADING in the first lesson, and,
 with the run's own seconds, onto the site's index. `python -m tools.course_map --write`
-rewrites the README and the lesson; a test fails when either differs from what this
-module makes, or when a lesson is missing from the map.
+rewrites them all, and the scripts that the lessons' `%%writefile` cells write; a test
+fails when any differs from what this module makes, or when a lesson is missing from the
+registry.
 """
 
 from __future__ import annotations
@@ -21,54 +23,38 @@ from pathlib import Path
 
 import nbformat
 
-from tools.course import MAP_HEADING, NOTEBOOKS, REPO, lessons, title, without_deep_dives
+from tools import lessons as registry
+from tools.course import MAP_HEADING, NEXT, NOTEBOOKS, REPO, lessons, title, without_deep_dives
+from tools.exercises import written_scripts
 
 SECONDS_FILE = Path(__file__).resolve().parent / "lesson_seconds.json"
 README = REPO / "README.md"
 FIRST_LESSON = NOTEBOOKS / "00_ddp_in_ten_minutes.ipynb"
 MARKERS = ("<!-- course map: made by `python -m tools.course_map --write` -->",
            "<!-- end of the course map -->")
+TABLE_MARKERS = ("<!-- lessons: made by `python -m tools.course_map --write` from "
+                 "tools/lessons.py -->", "<!-- end of the lessons -->")
+COURSE_MAP_LINK = "[the course map](00_ddp_in_ten_minutes.ipynb#The-course-map)"
 EXERCISES = "## Exercises"
 
-# For someone who must parallelise a training script tomorrow, in this order.
-CORE = [
-    ("00_ddp_in_ten_minutes", "a plain script made DDP, checked equal to one process, timed"),
-    ("00_how_the_course_works", "how the lessons launch scripts and report their failures"),
-    ("01_devices", "one device per rank, and what changes on GPUs"),
-    ("05_ddp_training", "the sampler, metrics over all ranks, logging from rank 0"),
-    ("07_checkpointing", "save and resume a DDP run exactly"),
-    ("09_real_training", "unused parameters, gradient accumulation, mixed precision"),
-    ("13_capstone_gpt", "a small GPT on real text, every piece in one loop"),
-]
-# The other lessons, by the question that sends a learner to them.
-TOPICS = [
-    ("How DDP works inside", [
-        ("02_collectives", "what all-reduce and the other collectives do"),
-        ("03_backends", "Gloo, NCCL and MPI, and how fast they move data"),
-        ("04_init_methods", "how the processes find each other"),
-        ("05_ddp", "what DDP does at construction and in backward"),
-    ]),
-    ("When a job fails, hangs or crawls", [
-        ("04_rendezvous_failures", "a job that never starts"),
-        ("06_skewed_speeds", "slow ranks, timeouts and uneven inputs"),
-        ("07_checkpoints_survive", "checkpoints that survive workers, crashes and resharding"),
-        ("08_fault_tolerance", "a rank that dies: restart and resume"),
-        ("08_store_trap", "a restarted job that cannot reconnect"),
-        ("14_debugging", "a hung job: find the rank, the line and the collective"),
-    ]),
-    ("Bigger models and real clusters", [
-        ("10_beyond_allreduce", "compression, ZeRO, FSDP2 and torch.compile"),
-        ("11_pipeline_ddp", "a model split over processes, with DDP"),
-        ("12_clusters", "several hosts and Slurm"),
-        ("15_will_it_scale", "predict a step's cost before adding GPUs"),
-        ("16_slow_link", "a slow link between hosts, and the hooks that win it back"),
-    ]),
-]
 WORDS_PER_MINUTE = 200  # prose and code alike, as reading-time estimates count them
 
 
+def core() -> list[tuple[str, str]]:
+    """(stem, why) of the core path's lessons, in order (tools/lessons.py)."""
+    return [(lesson.stem, lesson.why) for lesson in registry.LESSONS
+            if lesson.part == registry.CORE]
+
+
+def topics() -> list[tuple[str, list[tuple[str, str]]]]:
+    """(question, [(stem, why), ...]) of the topics, in order (tools/lessons.py)."""
+    return [(part, [(lesson.stem, lesson.why) for lesson in registry.LESSONS
+                    if lesson.part == part])
+            for part in registry.parts() if part != registry.CORE]
+
+
 def stems_in_map() -> list[str]:
-    return [stem for stem, _ in CORE] + [stem for _, rows in TOPICS for stem, _ in rows]
+    return [lesson.stem for lesson in registry.LESSONS]
 
 
 def _words(text: str) -> int:
@@ -84,6 +70,8 @@ def reading_minutes(nb) -> int:
     seen = set()
     for cell in nb.cells:
         tags = cell.get("metadata", {}).get("tags", [])
+        if cell.cell_type == "markdown" and cell.source.startswith(MAP_HEADING):
+            continue  # the map (lesson 00): made here, a table to look up, not to read
         if cell.cell_type == "markdown":
             text = without_deep_dives(cell.source)
             text = re.sub(r"!\[[^\]]*\]", "", text)  # an image's alt text
@@ -116,7 +104,7 @@ def rows(seconds: dict[str, float] | None = None) -> list[dict]:
     """One dict per lesson in map order: stem, group, title, why, minutes, seconds."""
     seconds = recorded_seconds() if seconds is None else seconds
     found = []
-    groups = [("core", CORE)] + list(TOPICS)
+    groups = [("core", core())] + topics()
     for group, entries in groups:
         for stem, why in entries:
             nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
@@ -144,7 +132,7 @@ def markdown(link_prefix: str = "") -> str:
               for i, r in enumerate(core, start=1)]
     lines += ["", "**Topics, when you need them:**", "",
               "| topic | lesson | take it for | reading | run |", "|---|---|---|---|---|"]
-    for group, _ in TOPICS:
+    for group, _ in topics():
         for i, r in enumerate(r for r in found if r["group"] == group):
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
@@ -153,11 +141,58 @@ def markdown(link_prefix: str = "") -> str:
     return "\n".join(lines)
 
 
+def _between(text: str, markers: tuple[str, str], inside: str) -> str:
+    start, end = (text.index(m) for m in markers)
+    return text[:start + len(markers[0])] + "\n\n" + inside + "\n\n" + text[end:]
+
+
+def lessons_table() -> str:
+    """The README's table of lessons, in reading order: what each shows (tools/lessons.py)."""
+    lines = ["| # | lesson | what it shows, executed and checked |", "|---|---|---|"]
+    for lesson in registry.LESSONS:
+        name = re.sub(r"^\d+ · ", "", title(_read(lesson.stem)))
+        lines.append(f"| {lesson.stem[:2]} | [{name}](notebooks/{lesson.stem}.ipynb) | "
+                     f"{lesson.shows} |")
+    return "\n".join(lines)
+
+
 def readme_text(readme: str) -> str:
-    """`readme` with the map between the MARKERS replaced by today's map."""
-    start, end = (readme.index(m) for m in MARKERS)
-    return readme[:start + len(MARKERS[0])] + "\n\n" + markdown("notebooks/") + "\n\n" + \
-        readme[end:]
+    """`readme` with the map and the table of lessons replaced by today's."""
+    return _between(_between(readme, MARKERS, markdown("notebooks/")), TABLE_MARKERS,
+                    lessons_table())
+
+
+def _read(stem: str):
+    return nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+
+
+def next_line(stem: str) -> str:
+    """A lesson's closing line: the lesson that follows it in the reading order."""
+    order = registry.LESSONS
+    i = [lesson.stem for lesson in order].index(stem)
+    if i == len(order) - 1:
+        return f"{NEXT} this is the last lesson. Back to {COURSE_MAP_LINK}."
+    after = order[i + 1]
+    link = f"[{title(_read(after.stem))}]({after.stem}.ipynb): {after.why}"
+    if after.part == order[i].part:
+        return f"{NEXT} {link}. All the lessons: {COURSE_MAP_LINK}."
+    if order[i].part == registry.CORE:
+        return (f"{NEXT} that was the core path. The topics follow, each for the question "
+                f"that sends you to it ({COURSE_MAP_LINK}); *{after.part}* begins with {link}.")
+    return (f"{NEXT} the next topic, *{after.part}*, begins with {link}. All the lessons: "
+            f"{COURSE_MAP_LINK}.")
+
+
+def next_cell(nb):
+    """The lesson's cell holding its NEXT line (the last such markdown cell)."""
+    cells = [c for c in nb.cells if c.cell_type == "markdown" and NEXT in c.source]
+    if not cells:
+        raise ValueError(f"a lesson ends with a markdown cell holding {NEXT!r}")
+    return cells[-1]
+
+
+def with_next_line(source: str, stem: str) -> str:
+    return source[:source.index(NEXT)] + next_line(stem)
 
 
 def lesson_map_cell(nb):
@@ -179,13 +214,15 @@ def check() -> list[str]:
     every = [p.stem for p in lessons()]
     missing = [s for s in every if s not in in_map]
     if missing:
-        problems.append(f"lessons missing from the map (tools/course_map.py): {missing}")
+        problems.append(f"lessons missing from the registry: {missing}; add each to LESSONS "
+                        "in tools/lessons.py, where its part of the course and its place in "
+                        "the reading order are (CONTRIBUTING.md)")
     unknown = [s for s in in_map if s not in every]
     if unknown:
-        problems.append(f"the map names lessons that do not exist: {unknown}")
+        problems.append(f"tools/lessons.py names lessons that do not exist: {unknown}")
     twice = sorted({s for s in in_map if in_map.count(s) > 1})
     if twice:
-        problems.append(f"lessons in the map twice: {twice}")
+        problems.append(f"lessons in tools/lessons.py twice: {twice}")
     no_seconds = [s for s in every if s not in recorded_seconds()]
     if no_seconds:
         problems.append(f"no recorded seconds for {no_seconds}: run `make bench`")
@@ -194,9 +231,17 @@ def check() -> list[str]:
 
 def write() -> None:
     README.write_text(readme_text(README.read_text()))
-    nb = nbformat.read(FIRST_LESSON, as_version=4)
-    lesson_map_cell(nb).source = lesson_map_source()
-    nbformat.write(nb, FIRST_LESSON)
+    for lesson in registry.LESSONS:
+        path = NOTEBOOKS / f"{lesson.stem}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        for target, (text, _) in written_scripts(nb, NOTEBOOKS).items():
+            if not target.is_file() or target.read_text() != text:
+                target.write_text(text)  # the scripts its %%writefile cells write
+        cell = next_cell(nb)
+        cell.source = with_next_line(cell.source, lesson.stem)
+        if path == FIRST_LESSON:
+            lesson_map_cell(nb).source = lesson_map_source()
+        nbformat.write(nb, path)
 
 
 def main(argv=None) -> int:
@@ -210,7 +255,9 @@ def main(argv=None) -> int:
         print(problem, file=sys.stderr)
     if args.write and not problems:
         write()
-        print(f"wrote the map into {README.name} and {FIRST_LESSON.name}")
+        print(f"wrote the map and the lessons into {README.name}, the map into "
+              f"{FIRST_LESSON.name}, each lesson's {NEXT} line and the scripts its "
+              "%%writefile cells write")
     else:
         print(markdown("notebooks/"))
     return 1 if problems else 0

@@ -15,55 +15,10 @@ import mimetypes
 import re
 from pathlib import Path
 
-# What each lesson teaches, one line each, for the index. Keyed by notebook stem; a test
-# (tests/test_site.py) checks that every lesson has one and that there are no others.
-DESCRIPTIONS = {
-    "00_ddp_in_ten_minutes": "A plain training script made DDP with a handful of lines, run on 2 "
-    "processes, checked to give one process's weights, and timed against one process.",
-    "00_how_the_course_works": "Why DDP code runs in a script that torchrun launches, not in the "
-    "notebook; what torchrun gives each rank; reading per-rank output and failure reports.",
-    "01_devices": "torch.device on CPU and GPU, cross-device errors, one device per rank from "
-    "LOCAL_RANK, CUDA_VISIBLE_DEVICES and map_location.",
-    "02_collectives": "Point-to-point messages and every collective (broadcast, reduce, "
-    "all_reduce, gather, scatter, ...) across ranks, and a ring all-reduce written by hand.",
-    "03_backends": "Gloo, NCCL and MPI: what each supports, picking one from the device, and "
-    "all_reduce time and bandwidth measured from 1 KiB to 64 MiB.",
-    "04_init_methods": "How the processes find each other: env://, tcp://, file:// and stores, "
-    "tcp:// under torchrun, two nodes on one machine.",
-    "04_rendezvous_failures": "Rendezvous failures provoked and read: a world that never fills, "
-    "a taken port, a stale file; joining a job that Slurm starts.",
-    "05_ddp": "What DistributedDataParallel does: the broadcast at construction, gradient "
-    "buckets all-reduced during backward, and training equal to one process.",
-    "05_ddp_training": "Training with DDP in practice: DistributedSampler and set_epoch, metrics "
-    "reduced across ranks, rank-0 logging, a real dataset on 2 ranks.",
-    "06_skewed_speeds": "Stragglers, timeouts and hangs: who waits for whom, monitored_barrier "
-    "naming the late rank, uneven inputs fixed with Join.",
-    "07_checkpointing": "Saving and resuming DDP training: rank-0 saves, the module. prefix, the "
-    "full training state, an exact resume, and what each missing piece does.",
-    "07_checkpoints_survive": "Checkpoints that survive: DataLoader workers' seeds, a crash while "
-    "saving, weights_only, sharded checkpoints loaded into another number of ranks.",
-    "08_fault_tolerance": "A rank killed mid-training: torchrun restarts the job, which resumes "
-    "from its checkpoint and ends with the uninterrupted run's weights.",
-    "08_store_trap": "A restarted job that reads the dead processes' addresses from torchrun's "
-    "store and fails; the fix, for one node and several, written in a script.",
-    "09_real_training": "DDP in real training code: unused parameters and their fixes, "
-    "activation checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
-    "10_beyond_allreduce": "Compression hooks (fp16, PowerSGD) with the bytes counted, ZeRO and "
-    "FSDP2 against DDP per rank, torch.compile on a DDP model; ZeRO written by hand.",
-    "11_pipeline_ddp": "A network split into two stages, each replicated with DDP over its own "
-    "group, equal to one process; RPC and its status; logging to TensorBoard.",
-    "12_clusters": "Two hosts and a Slurm cluster on one machine: torchrun across hosts, sbatch "
-    "with srun python and srun torchrun, four launch failures provoked (needs root).",
-    "13_capstone_gpt": "A small GPT trained on Python's own documentation with DDP: the global "
-    "batch, a loss per token, exact evaluation, a lost rank, and FSDP2, each checked against one "
-    "process.",
-    "15_will_it_scale": "All-reduce fitted to latency and bandwidth, DDP steps predicted from "
-    "compute and buckets and checked, bucket_cap_mb swept, and when DP stops scaling on GPUs.",
-    "16_slow_link": "Lesson 12's two hosts on a link limited to 100 Mbit/s with tc: the step time "
-    "predicted from the bytes on the wire, then fp16 and PowerSGD win it back (needs root).",
-    "14_debugging": "Three hangs provoked and diagnosed: the flight recorder, torchfrtrace, "
-    "py-spy stacks, TORCH_DISTRIBUTED_DEBUG=DETAIL and a breakpoint on one rank.",
-}
+from tools import lessons as registry
+
+# What each lesson teaches, one line each, for the index (tools/lessons.py).
+DESCRIPTIONS = {lesson.stem: lesson.summary for lesson in registry.LESSONS}
 
 INDEX = ("index.html", "Course index")
 
@@ -202,7 +157,7 @@ def write_index(rows: list[dict], dest: Path, pages: list[tuple[str, str]],
     groups = [("The core path, in order", [m["stem"] for m in mapped.values()
                                           if m["group"] == "core"])]
     groups += [(f"Topic: {group}", [stem for stem, _ in entries])
-               for group, entries in course_map.TOPICS]
+               for group, entries in course_map.topics()]
     groups.append(("Other lessons", [stem for stem in by_stem if stem not in mapped]))
 
     def row(r, m):
