@@ -60,9 +60,11 @@ def test_lesson_structure(path):
     nb = read(path)
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     assert re.match(rf"# {path.name[:2]} · ", nb.cells[0].source), "title: '# NN · Name'"
-    for required in ("**What you will learn**", "**Prerequisites**", "## Summary",
-                     "## Exercises", "**Next:**"):
-        assert required in markdown, required
+    required = ("**What you will learn**", "**Prerequisites**", "## Summary", "## Exercises",
+                "**Next:**")
+    missing = [part for part in required if part not in markdown]
+    assert not missing, (f"missing {missing}: every lesson has each of {list(required)} "
+                         "(CONTRIBUTING.md, step 1)")
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)

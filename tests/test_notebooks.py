@@ -49,4 +49,5 @@ def test_lesson_executes_and_every_check_can_fail(path, workspace, tmp_path):
     if int(path.name[:2]) >= 2:  # from lesson 02 on, each draws a figure from its run
         figures = [output for cell in executed.cells for output in cell.get("outputs", [])
                    if "image/png" in output.get("data", {})]
-        assert figures, f"{path.stem} drew no figure from its run"
+        assert figures, (f"{path.stem} drew no figure from its run: plot what a run measured "
+                         "(tools/plots.py has the course's plots; CONTRIBUTING.md, step 1)")

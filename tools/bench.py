@@ -322,8 +322,11 @@ def main(argv=None) -> int:
         from tools import course_map
 
         kept = {**course_map.recorded_seconds(), **seconds_by_lesson}
-        course_map.record_seconds(kept, f"make bench, {time.strftime('%Y-%m-%d')}, "
-                                        f"{len(seconds_by_lesson)} lessons timed")
+        how = f"make bench, {time.strftime('%Y-%m-%d')}, {len(seconds_by_lesson)} lessons timed"
+        if args.only and course_map.SECONDS_FILE.exists():  # the others keep their run's
+            before = json.loads(course_map.SECONDS_FILE.read_text()).get("_how", "")
+            how = f"{before}; {', '.join(args.only)}: {how} (--only)"
+        course_map.record_seconds(kept, how)
         course_map.write()
         print(f"\nkept the seconds of {len(seconds_by_lesson)} lessons in "
               f"{course_map.SECONDS_FILE.name}; rewrote the course map")
