@@ -73,7 +73,7 @@ def reading_minutes(nb) -> int:
         if cell.cell_type == "markdown" and cell.source.startswith(MAP_HEADING):
             continue  # the map (lesson 00): made here, a table to look up, not to read
         if cell.cell_type == "markdown":
-            text = without_deep_dives(cell.source)
+            text = without_deep_dives(cell.source).split(NEXT)[0]  # the Next line: made
             text = re.sub(r"!\[[^\]]*\]", "", text)  # an image's alt text
             if EXERCISES in text:
                 prose += _words(text.split(EXERCISES)[0])
@@ -107,7 +107,7 @@ def rows(seconds: dict[str, float] | None = None) -> list[dict]:
     groups = [("core", core())] + topics()
     for group, entries in groups:
         for stem, why in entries:
-            nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+            nb = _read(stem)
             found.append({"stem": stem, "group": group, "title": title(nb), "why": why,
                           "minutes": reading_minutes(nb), "seconds": seconds.get(stem)})
     return found
