@@ -13,11 +13,19 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
+# The course's own code, importable in .venv with no sys.path lines, as `pip install -e`
+# would make it: a .pth file in site-packages names this checkout (for `tools`) and
+# ddp_scripts/shared (the modules several lessons' scripts import: `ddp_common`, ...).
+# A .venv belongs to the checkout that made it (tests/test_lessons.py checks).
+$(VENV)/.paths: $(VENV)/.installed
+	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_paths()["purelib"], "ddp_course.pth").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/ddp_scripts/shared"
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.paths requirements-test.txt
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements-test.txt
 	touch $@
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.paths
 
 # tests/test_site.py checks the rendered pages in this Chromium (Playwright never downloads
 # one). When it is missing and we are root (CI), install Debian's package (about a minute);
@@ -32,7 +40,7 @@ chromium:
 			apt-get install -y -q --no-install-recommends chromium; \
 	fi
 
-# Lesson 12 builds two hosts and a Slurm cluster on this machine (tools/cluster.py) and needs
+# Lesson 32 builds two hosts and a Slurm cluster on this machine (tools/cluster.py) and needs
 # Debian's Slurm and iproute2 (tools/cluster-packages.txt). As root with apt-get (CI, a
 # container), the missing ones are installed here; elsewhere the lesson says why it cannot run.
 cluster: venv

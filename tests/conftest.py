@@ -1,3 +1,4 @@
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -44,8 +45,13 @@ def executed_lessons(request) -> dict:
 @pytest.fixture
 def scripts_dir(tmp_path):
     """A folder for variants of a companion script (a typical wrong answer), holding the
-    modules the scripts import (ddp_common.py and the exercises' harnesses): a script
-    imports them from its own folder, as in ddp_scripts/."""
-    for module in (REPO / "ddp_scripts").glob("[!0-9]*.py"):
-        shutil.copy(module, tmp_path / module.name)
+    lesson modules the scripts import from their own folder (the exercises' harnesses, ...),
+    as a script's lesson folder in ddp_scripts/ does; ddp_scripts/shared/ is importable from
+    anywhere in .venv."""
+    lesson_modules = {p.stem: p for p in (REPO / "ddp_scripts").glob("[0-9][0-9]_*/*.py")}
+    imported = set()
+    for path in lesson_modules.values():
+        imported |= set(re.findall(r"^\s*(?:from|import) (\w+)", path.read_text(), re.M))
+    for name in imported & set(lesson_modules):
+        shutil.copy(lesson_modules[name], tmp_path / f"{name}.py")
     return tmp_path

@@ -34,10 +34,13 @@ def test_the_floor_knows_which_launches_build_a_ddp_model(tmp_path):
     nbformat.write(nb, path)
     scripts = launched_scripts(path)
     assert scripts == ["ddp_scripts/a.py", "ddp_scripts/b.py", "ddp_scripts/c.py"]
-    (tmp_path / "a.py").write_text("from ddp_common import setup\nworld = setup(ddp=True)\n")
-    (tmp_path / "b.py").write_text("import torch.distributed as dist\ndist.barrier()\n")
-    (tmp_path / "c.py").write_text("from c_harness import run\nrun()\n")  # DDP inside
-    (tmp_path / "c_harness.py").write_text("model = DDP(model)\n")
+    (tmp_path / "ddp_scripts").mkdir()
+    (tmp_path / "ddp_scripts" / "a.py").write_text("from ddp_common import setup\n"
+                                                   "world = setup(ddp=True)\n")
+    (tmp_path / "ddp_scripts" / "b.py").write_text("import torch.distributed as dist\n"
+                                                   "dist.barrier()\n")
+    (tmp_path / "ddp_scripts" / "c.py").write_text("from c_harness import run\nrun()\n")
+    (tmp_path / "ddp_scripts" / "c_harness.py").write_text("model = DDP(model)\n")  # DDP inside
     assert [builds_ddp(s, tmp_path) for s in scripts] == [True, False, True]
 
 

@@ -1,4 +1,4 @@
-"""Lesson 12's cluster (tools/cluster.py): the hosts are what the lesson says they are, and
+"""Lesson 32's cluster (tools/cluster.py): the hosts are what the lesson says they are, and
 nothing is ever left behind, whether the set-up fails half-way, the process exits without
 tearing down, or the kernel running the lesson is killed.
 
@@ -137,7 +137,7 @@ def _killed_with_its_daemons():
 
 def test_what_a_killed_run_left_is_removed_by_the_next_run(clean):
     _killed_with_its_daemons()
-    cluster.up()  # as lesson 12 starts: the killed run's hosts are replaced
+    cluster.up()  # as lesson 32 starts: the killed run's hosts are replaced
     try:
         assert cluster.slurm("sinfo", "-h", "-N", "-o", "%N %T").split() == \
             ["nodeA", "idle", "nodeB", "idle"]
@@ -177,7 +177,7 @@ def test_only_the_cluster_lessons_can_be_skipped_and_never_where_ci_requires_it(
     monkeypatch.setattr(cluster, "why_not", lambda: "no root here")
     monkeypatch.delenv("DDP_COURSE_REQUIRE_CLUSTER", raising=False)
     refused = [path.stem for path in lessons() if why_not_here(path)]
-    assert refused == ["12_clusters", "16_slow_link"]
+    assert refused == ["32_clusters", "34_slow_link"]
     monkeypatch.setenv("DDP_COURSE_REQUIRE_CLUSTER", "1")  # CI: run it, and fail if it cannot
-    assert why_not_here(NOTEBOOKS / "12_clusters.ipynb") is None
-    assert why_not_here(NOTEBOOKS / "16_slow_link.ipynb") is None
+    assert why_not_here(NOTEBOOKS / "32_clusters.ipynb") is None
+    assert why_not_here(NOTEBOOKS / "34_slow_link.ipynb") is None

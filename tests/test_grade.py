@@ -313,19 +313,19 @@ def test_the_handout_is_a_repository_for_students(tmp_path):
     assert not (handout / "tests").exists()
     # `make test` in the handout: the learner's notebooks against their visible checks
     done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade",
-                           "notebooks", "--lessons", "01_devices"], cwd=handout,
+                           "notebooks", "--lessons", "02_devices"], cwd=handout,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stderr  # a check fails: `make test` fails
     lines = done.stdout.splitlines()
     assert lines[0].startswith("self-check: your notebooks against their own visible checks")
-    assert lines[1].startswith("you  01_devices  exercise 1 (device_for_rank) check  failed  "
+    assert lines[1].startswith("you  02_devices  exercise 1 (device_for_rank) check  failed  "
                                "0/1: AssertionError: ")
-    assert re.fullmatch(r"you  01_devices  score 0/3  \(\d+\.\d s\)", lines[-1]), lines
+    assert re.fullmatch(r"you  02_devices  score 0/3  \(\d+\.\d s\)", lines[-1]), lines
 
 
 # A class of four, on two real lessons -------------------------------------------------------
 
-LESSONS = ("01_devices", "05_ddp_training")
+LESSONS = ("02_devices", "03_ddp_training")
 
 
 def handout_notebook(stem):
@@ -338,7 +338,7 @@ def teacher_notebook(stem):
 
 def write_class(klass):
     """ada: the instructor's answers. ben: the handout untouched. cy: near misses (one
-    function wrong; lesson 05's script right at 2 ranks, wrong at 3), and his second
+    function wrong; lesson 03's script right at 2 ranks, wrong at 3), and his second
     lesson handed in as `Copy of ...`. dee: tampered (exercise 1's check replaced by
     `assert True` on the untouched stub, exercise 2 deleted, a scratch cell that raises
     before a right answer) and one lesson missing."""
@@ -348,19 +348,19 @@ def write_class(klass):
         shutil.copy(REPO / "notebooks" / f"{stem}.ipynb", klass / "ada")
         nbformat.write(handout_notebook(stem), klass / "ben" / f"{stem}.ipynb")
 
-    devices = teacher_notebook("01_devices")  # cy: exercise 2 answered as rank = GPU
+    devices = teacher_notebook("02_devices")  # cy: exercise 2 answered as rank = GPU
     ex = exercise_list(devices)
     devices.cells[ex[1].solution].source = ("def physical_gpu(visible, local_rank):\n"
                                             "    return local_rank")
-    nbformat.write(devices, klass / "cy" / "01_devices.ipynb")
-    training = teacher_notebook("05_ddp_training")
+    nbformat.write(devices, klass / "cy" / "02_devices.ipynb")
+    training = teacher_notebook("03_ddp_training")
     ex = exercise_list(training)[-1]
     training.cells[ex.solution].source = near_miss_source(
         training.cells[ex.solution].source, training.cells[ex.near_misses[0]].source)
-    nbformat.write(training, klass / "cy" / "Copy of 05_ddp_training.ipynb")
+    nbformat.write(training, klass / "cy" / "Copy of 03_ddp_training.ipynb")
 
-    tampered = handout_notebook("01_devices")  # dee
-    teacher = teacher_notebook("01_devices")
+    tampered = handout_notebook("02_devices")  # dee
+    teacher = teacher_notebook("02_devices")
     ex = exercise_list(teacher)
     cell = {c.id: c for c in tampered.cells}
     cell[teacher.cells[ex[0].checks[0]].id].source = "assert True"
@@ -371,7 +371,7 @@ def write_class(klass):
     scratch.id = "dee-scratch"
     before = [c.id for c in tampered.cells].index(teacher.cells[ex[2].solution].id)
     tampered.cells.insert(before, scratch)
-    nbformat.write(tampered, klass / "dee" / "01_devices.ipynb")
+    nbformat.write(tampered, klass / "dee" / "02_devices.ipynb")
 
 
 @pytest.fixture(scope="module")
@@ -406,21 +406,21 @@ def test_the_class_is_graded_against_the_instructors_copy(graded_class):
         assert {r[4] for r in by(rows, "ada", stem)} == {"passed"}, by(rows, "ada", stem)
         assert {r[4] for r in by(rows, "ben", stem)} == {"failed"}, by(rows, "ben", stem)
         assert sorted(r[:2] for r in by(rows, "ada", stem)) == sorted(parts[stem])
-    cy = {r[:2]: r[4] for r in by(rows, "cy", "01_devices")}
+    cy = {r[:2]: r[4] for r in by(rows, "cy", "02_devices")}
     assert cy == {("1", "check"): "passed", ("2", "check"): "failed",
                   ("3", "check"): "passed"}
-    script = str(teacher["05_ddp_training"][-1].number)
-    cy = {r[:2]: r[4] for r in by(rows, "cy", "05_ddp_training") if r[0] == script}
+    script = str(teacher["03_ddp_training"][-1].number)
+    cy = {r[:2]: r[4] for r in by(rows, "cy", "03_ddp_training") if r[0] == script}
     assert cy[(script, "check")] == "passed" and cy[(script, "hidden 1")] == "failed"
-    assert "Copy of 05_ddp_training.ipynb was graded as 05_ddp_training" in done.stdout
-    dee = {r[:2]: r[4] for r in by(rows, "dee", "01_devices")}
+    assert "Copy of 03_ddp_training.ipynb was graded as 03_ddp_training" in done.stdout
+    dee = {r[:2]: r[4] for r in by(rows, "dee", "02_devices")}
     assert dee == {("1", "check"): "failed", ("2", "check"): "failed",
                    ("3", "check"): "passed"}
-    assert {r[4] for r in by(rows, "dee", "05_ddp_training")} == {"missing"}
+    assert {r[4] for r in by(rows, "dee", "03_ddp_training")} == {"missing"}
     for note in ("exercise 1: its check cell was changed; the instructor's check ran",
                  "exercise 2: its answer cell is missing (deleted?)",
                  "exercise 2: its check cell was deleted; the instructor's check ran",
-                 "05_ddp_training.ipynb was not handed in"):
+                 "03_ddp_training.ipynb was not handed in"):
         assert "dee  " in done.stdout and note in done.stdout, note
     table = done.stdout[done.stdout.index("student  "):]
     assert re.search(r"^ada\s+3/3\s+(\d+)/\1\s", table, re.M), table

@@ -17,6 +17,7 @@ from tools.course import (
     MAX_RESULT_DISTANCE,
     NOTEBOOKS,
     REPO,
+    companion_scripts,
     lessons,
     main_path_words,
     result_distances,
@@ -26,7 +27,7 @@ from tools.exercises import written_scripts
 from tools.launch import launch_environment
 
 LESSONS = lessons()
-SCRIPTS = sorted((REPO / "ddp_scripts").glob("[0-9][0-9]_*.py"))
+SCRIPTS = companion_scripts()
 MAX_CODE_CELL_LINES = 80
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
@@ -126,9 +127,11 @@ def test_code_sits_in_short_cells(path):
     assert len(longest.source.splitlines()) <= MAX_CODE_CELL_LINES, longest.source[:80]
 
 
-def test_every_script_is_written_by_a_lesson():
+def test_every_file_in_ddp_scripts_is_written_by_a_lesson():
     written = {target for path in LESSONS for target in written_scripts(read(path), NOTEBOOKS)}
-    assert set(SCRIPTS) <= written
+    files = {p for p in (REPO / "ddp_scripts").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts}
+    assert files <= written, f"written by no lesson: {sorted(files - written)}"
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
@@ -147,10 +150,17 @@ def test_links_and_images_resolve_and_images_have_alt_text(path):
                     assert text == ALT_TEXT[name], f"alt text of {name} differs from diagrams.py"
 
 
-# Scripts that are one plain process on purpose (the baselines before DDP: lessons 00, 13).
-ONE_PROCESS_SCRIPTS = {"00_train_plain.py", "13_gpt_plain.py"}
+# Scripts that are one plain process on purpose: the baselines before DDP (lessons 00, 06),
+# and the capstone's model and data, each of which shows what it holds when run on its own.
+ONE_PROCESS_SCRIPTS = {"00_ddp_in_ten_minutes/train_plain.py", "06_capstone_gpt/gpt_plain.py",
+                       "06_capstone_gpt/gpt.py", "06_capstone_gpt/gpt_data.py"}
+
+
+def needs_torchrun(script: Path) -> bool:
+    return script.relative_to(REPO / "ddp_scripts").as_posix() not in ONE_PROCESS_SCRIPTS
+
 RUNS = [(s, ("--help",)) for s in SCRIPTS] + \
-    [(s, ()) for s in SCRIPTS if s.name not in ONE_PROCESS_SCRIPTS]
+    [(s, ()) for s in SCRIPTS if needs_torchrun(s)]
 
 
 def plain_run(script, args, warm):
@@ -180,7 +190,7 @@ def plain_runs() -> dict:
 @pytest.mark.skipif(not zygote.usable(), reason="no warm interpreter here: every run is cold")
 @pytest.mark.parametrize("args", [("--help",), ()], ids=["help", "no-arguments"])
 def test_a_warm_plain_run_is_a_cold_one(args):
-    script = REPO / "ddp_scripts" / "05_ddp_training.py"
+    script = REPO / "ddp_scripts" / "03_ddp_training/ddp_training.py"
     warm, cold = plain_run(script, args, warm=True), plain_run(script, args, warm=False)
     assert warm is not None
     assert (warm.returncode, warm.stdout, warm.stderr) == \
@@ -193,12 +203,12 @@ def test_script_answers_help_without_torchrun(script):
     assert done.returncode == 0 and "usage:" in done.stdout and "--out" in done.stdout
 
 
-@pytest.mark.parametrize("script", [s for s in SCRIPTS if s.name not in ONE_PROCESS_SCRIPTS],
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if needs_torchrun(s)],
                          ids=lambda p: p.stem)
 def test_script_without_torchrun_says_how_to_launch_it(script):
     done = plain_runs()[(script, ())]
     assert done.returncode != 0
-    # torchrun, or for the script of a job that Slurm starts (lesson 04's exercise) srun
+    # torchrun, or for the script of a job that Slurm starts (lesson 20's exercise) srun
     assert re.search(r"start it with (torchrun|srun)", done.stderr), done.stderr
     assert "Traceback" not in done.stderr
 

@@ -1,56 +1,57 @@
-"""Lesson 05, exercises 3 to 5 (DDP by hand: ddp_scripts/05_by_hand_after.py, _hooks.py and
-_buckets.py, with by_hand_harness.py): three typical wrong answers in one launch, and the
-messages the checks show for them. Summing the gradients without dividing by the world
-size trains to other weights than DDP; an all-reduce started but never waited for gets no
-wait(); a bucket rule that takes every parameter, frozen ones included, cannot register
-its hook on a parameter that needs no gradient."""
+"""Lesson 05, exercise 2 (ddp_scripts/05_real_training/accumulate_exercise.py): two near misses of
+gradient accumulation that the exercise's check must catch. Dividing each micro-batch's
+loss by the number of micro-batches is right only when they are equal (8, 8, 8, 5 are
+not): the weights drift from the one-batch reference. A forward outside `no_sync`, with
+only the backward inside, still synchronizes: the gradient is right, the all-reduces are
+four per step instead of one."""
 from tools.launch import REPO, launch
 
-SCRIPTS = REPO / "ddp_scripts"
-DIVIDE = "        p.grad /= dist.get_world_size()\n    ### END SOLUTION"
-WAIT = "            work.wait()\n"
-TRAINABLE = "for p in [p for p in model.parameters() if p.requires_grad]:  # frozen: left out"
-ALL_THREE = '''"""Three wrong answers, one launch (--out)."""
-import importlib.util
-import sys
-from pathlib import Path
-
-from by_hand_harness import run_exercise
-
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, Path(sys.path[0]) / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_exercise(after=load("wrong_after").average_gradients,
-             hooks=load("wrong_hooks").attach_hooks,
-             buckets=load("wrong_buckets").attach_buckets)
-'''
-
-
-def wrong(name, old, new, scripts_dir):
-    source = (SCRIPTS / f"05_by_hand_{name}.py").read_text()
-    assert source.count(old) == 1, (name, old)
-    (scripts_dir / f"wrong_{name}.py").write_text(source.replace(old, new))
+SOLUTION = """\
+    total = sum(len(y) for _, y in micro_batches)
+    *first, last = micro_batches
+    with model.no_sync():  # forward and backward: gradients accumulate, no all-reduce
+        for x, y in first:
+            (F.cross_entropy(model(x), y) * len(y) / total).backward()
+    x, y = last
+    (F.cross_entropy(model(x), y) * len(y) / total).backward()  # all-reduces the sum
+"""
+DIVIDED_BY_COUNT = """\
+    *first, last = micro_batches
+    with model.no_sync():
+        for x, y in first:
+            (F.cross_entropy(model(x), y) / len(micro_batches)).backward()
+    x, y = last
+    (F.cross_entropy(model(x), y) / len(micro_batches)).backward()
+"""
+FORWARD_OUTSIDE = """\
+    total = sum(len(y) for _, y in micro_batches)
+    *first, last = micro_batches
+    for x, y in first:
+        loss = F.cross_entropy(model(x), y) * len(y) / total  # forward outside no_sync
+        with model.no_sync():
+            loss.backward()
+    x, y = last
+    (F.cross_entropy(model(x), y) * len(y) / total).backward()
+"""
 
 
-def test_a_sum_a_missing_wait_and_a_hook_on_a_frozen_parameter_are_named(scripts_dir):
-    wrong("after", DIVIDE, "    ### END SOLUTION", scripts_dir)
-    wrong("hooks", WAIT, "", scripts_dir)
-    wrong("buckets", TRAINABLE, "for p in list(model.parameters()):", scripts_dir)
-    script = scripts_dir / "all_three.py"
-    script.write_text(ALL_THREE)
-    ranks = launch(str(script), nproc=2, out=True, timeout=120, echo=False).data["ranks"]
-    for rank, found in enumerate(ranks):
-        after, hooks, buckets = (found[step]["problems"] for step in ("after", "hooks", "buckets"))
-        for model in ("lesson", "tricky"):  # twice the mean gradient: other weights
-            assert any(p.startswith(f"rank {rank}, {model} model: after 4 steps the weights "
-                                    f"differ from DDP's by") and "(expected < 1e-06)" in p
-                       for p in after), after
-        assert (f"rank {rank}, lesson model, step 1: 0 work.wait() for 6 asynchronous "
-                f"all-reduces (expected one each, before the optimizer step)") in hooks, hooks
-        assert buckets == [f"rank {rank}, tricky model: your code raised RuntimeError: cannot "
-                           f"register a hook on a tensor that doesn't require gradient"], buckets
+def run_variant(scripts_dir, name, body):
+    source = (REPO / "ddp_scripts" / "05_real_training/accumulate_exercise.py").read_text()
+    assert source.count(SOLUTION) == 1
+    script = scripts_dir / f"accumulate_{name}.py"
+    script.write_text(source.replace(SOLUTION, body))
+    result = launch(str(script), nproc=2, out=True, timeout=90, echo=False)
+    return [s for found in result.data["ranks"] for s in found["steps"]], \
+        result.data["ranks"][0]["reference_allreduces"]
+
+
+def test_dividing_by_the_number_of_micro_batches_misses_the_reference(scripts_dir):
+    steps, reference_allreduces = run_variant(scripts_dir, "divided_by_count", DIVIDED_BY_COUNT)
+    assert all(s["allreduces"] == reference_allreduces == 1 for s in steps)
+    assert all(s["gap"] > 1e-4 for s in steps), steps  # the check's bound is 1e-10
+
+
+def test_a_forward_outside_no_sync_still_synchronizes(scripts_dir):
+    steps, reference_allreduces = run_variant(scripts_dir, "forward_outside", FORWARD_OUTSIDE)
+    assert all(s["gap"] < 1e-10 for s in steps)  # the right gradient ...
+    assert all(s["allreduces"] == 4 * reference_allreduces for s in steps)  # ... 4 all-reduces

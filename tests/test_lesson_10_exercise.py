@@ -1,29 +1,26 @@
-"""Lesson 10, exercise 2 (ddp_scripts/10_zero_exercise.py): a near miss the check must
-catch. All-reducing the whole gradient and then keeping only this rank's part of the
-momentum gives the right weights and the right state size, but it is not ZeRO: every
-rank received the whole averaged gradient, twice what the reduce-scatter delivers, and
-the check rejects it by the all_reduce it calls."""
+"""Lesson 10, exercise 3 (ddp_scripts/10_collectives/ring_exercise.py): the mistake the lesson warns
+about, every rank calling a blocking send before its receive, hangs on Gloo even for one
+element, and the script's --timeout turns the hang into Gloo's error, fast."""
 from tools.launch import REPO, launch
 
 SOLUTION = """\
-    mine = torch.empty(part, dtype=grad.dtype)
-    dist.reduce_scatter_single(mine, grad)  # my part of the sum over the ranks
-    mine /= world_size  # ... and of the mean
+        incoming = torch.empty_like(mine)
+        exchange(chunks[(rank - step) % n], incoming, rank, n)
 """
-ALL_REDUCED = """\
-    dist.all_reduce(grad)  # the whole sum, on every rank
-    mine = grad[rank * part:(rank + 1) * part] / world_size
+BLOCKING = """\
+        incoming = torch.empty_like(mine)
+        dist.send(chunks[(rank - step) % n], (rank + 1) % n)  # every rank sends first
+        dist.recv(incoming, (rank - 1) % n)
 """
 
 
-def test_all_reduce_then_slice_has_the_right_weights_but_calls_all_reduce(scripts_dir):
-    source = (REPO / "ddp_scripts" / "10_zero_exercise.py").read_text()
+def test_blocking_send_before_recv_hangs_until_gloo_timeout(scripts_dir):
+    source = (REPO / "ddp_scripts" / "10_collectives/ring_exercise.py").read_text()
     assert source.count(SOLUTION) == 1
-    script = scripts_dir / "10_zero_all_reduced.py"
-    script.write_text(source.replace(SOLUTION, ALL_REDUCED))
-    result = launch(str(script), nproc=2, out=True, timeout=90, echo=False)
-    steps = [s for found in result.data["ranks"] for s in found["steps"]]
-    assert len(steps) == 2 * 4
-    for s in steps:
-        assert s["gap"] < 1e-12 and s["state_values"] == 24  # what the check also asks ...
-        assert s["collectives"] == {"all_reduce": 1, "all_gather_single": 1}  # ... but this
+    script = scripts_dir / "ring_blocking.py"
+    script.write_text(source.replace(SOLUTION, BLOCKING))
+    # A hang past the launch's 60 s would raise LaunchTimeout; Gloo's 3 s end it first.
+    result = launch(str(script), "--timeout", "3", "--sizes", "1", nproc=2, timeout=60,
+                    echo=False, expect_failure=True)
+    assert "Timed out waiting 3000ms for send operation to complete" in result.output
+    assert "in reduce_scatter" in result.output  # @record: the rank's traceback

@@ -89,7 +89,7 @@ def built_site(executed_lessons, workspace, tmp_path_factory):
             done = nbformat.reads(executed_lessons[path.stem].decode(), as_version=4)
         elif given and (given / path.name).is_file():
             done = nbformat.read(given / path.name, as_version=4)
-        if done is None and why_not_here(path):  # lesson 12 off Linux or without root
+        if done is None and why_not_here(path):  # lesson 32 off Linux or without root
             done = nb
         if done is not None:
             done.cells = [cell for cell in done.cells

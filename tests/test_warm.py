@@ -214,13 +214,13 @@ def warm_and_cold_pair(run, monkeypatch):
 
 
 def test_lessons_that_kill_restart_and_hang_launch_alike_warm_and_cold(tmp_path):
-    """Lesson 08 (a killed rank, torchrun's restarts, the dead processes' keys in its
-    store, an error file read while it is written) and lesson 14 (hangs: timeouts, py-spy
+    """Lesson 23 (a killed rank, torchrun's restarts, the dead processes' keys in its
+    store, an error file read while it is written) and lesson 25 (hangs: timeouts, py-spy
     stacks of the ranks, the flight recorder, pdb on one rank), each run with warm launches
     and with cold ones: every launch alike, less what depends on timing
     (tools/compare_launches.py; the whole course: `python -m tools.compare_launches`)."""
     paths = [REPO / "notebooks" / f"{stem}.ipynb"
-             for stem in ("08_fault_tolerance", "14_debugging")]
+             for stem in ("23_fault_tolerance", "25_debugging")]
     found = compare(paths, tmp_path)
     assert all(not diffs for diffs, _ in found.values()), "\n".join(
         f"{stem}:\n" + "\n".join(diffs) for stem, (diffs, _) in found.items() if diffs)

@@ -4,7 +4,7 @@ chunks, shards and batches do not split evenly and the processes outnumber this 
 2 cores; and 4, for the lessons whose structure changes there (a 2 x 2 grid of pipeline
 stages and data-parallel groups, the quick start's invitation, two stragglers among four
 ranks and Join's shadow collectives for three early finishers, and four ranks' loader
-workers and distributed-checkpoint shards). Lessons 06 and 07 (part 2) were left at 3
+workers and distributed-checkpoint shards). Lessons 21 and 22 were left at 3
 while the suite had no room (the capstone needed their 85 s); warm launches
 (tools/zygote.py) paid for them again. (Every lesson runs at world size 2, the default,
 in test_notebooks.py together with the exercise proofs.)

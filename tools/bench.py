@@ -11,17 +11,17 @@
 * the execution time of each lesson under papermill, and of the whole course, with the
   launches each lesson makes: every launch pays the start-up above for its number of
   processes (plus the DDP import when its script builds a DDP model), so those launches,
-  one kernel start, and for lesson 12 the set-up and teardown of its hosts and Slurm,
+  one kernel start, and for lesson 32 the set-up and teardown of its hosts and Slurm,
   are the lesson's floor on this machine; the whole course's time over the sum of the
   floors is the overhead the course adds (budget FLOOR_BUDGET_RATIO: time that is
   neither launches, kernels nor a lesson's own work is to be removed);
-* lesson 02's hand-written ring all-reduce against dist.all_reduce (4 MiB, 2 and 4 ranks).
+* lesson 10's hand-written ring all-reduce against dist.all_reduce (4 MiB, 2 and 4 ranks).
 
 Budgets (on 2 CPU cores): a warm 2-rank launch with a DDP model at most 0.6x the bare
-import; a lesson under 20 s (lesson 12, which sets up two hosts and Slurm, and lesson
+import; a lesson under 20 s (lesson 32, which sets up two hosts and Slurm, and lesson
 16, which sets up two hosts and slows their link, under 45 s with their set-up; the
-capstone, lesson 13, under 60 s); the whole course under 4 minutes and at most 1.5x its
-floor; `make test` under 20 minutes (timed by CI, not here). Lesson 12's set-up and
+capstone, lesson 06, under 60 s); the whole course under 4 minutes and at most 1.5x its
+floor; `make test` under 20 minutes (timed by CI, not here). Lesson 32's set-up and
 teardown are also timed on their own. Printed, not asserted: wall times depend on the
 machine and its load. Each lesson's launches are counted warm and cold (a launch that
 sets a variable read at start-up, or a Slurm job, starts cold).
@@ -106,10 +106,10 @@ def kernel_starts(workspace: Path, folder: Path, repeats: int) -> list[float]:
 
 def ring_ratios() -> dict[int, float]:
     """Ring time / dist.all_reduce time on 2^20 float32 values (4 MiB), medians of 9, from one
-    4-rank launch of lesson 02's ring script (the ring on ranks 0-1, then on all 4)."""
+    4-rank launch of lesson 10's ring script (the ring on ranks 0-1, then on all 4)."""
     from tools.launch import cpu_unless_enough_gpus, launch
 
-    data = launch("ddp_scripts/02_ring.py", "--ring-world-sizes", "2", "4",
+    data = launch("ddp_scripts/10_collectives/ring.py", "--ring-world-sizes", "2", "4",
                   "--ring-sizes", "1", "--repeats", "9", nproc=4, out=True, timeout=300,
                   echo=False, env=cpu_unless_enough_gpus(4)).data
     return {ring["world_size"]: ring["timing"]["seconds"]["ring"]
@@ -117,7 +117,7 @@ def ring_ratios() -> dict[int, float]:
 
 
 # A launch's echo: `$ torchrun ...`, `$ RANK=0 ... python ...`, `nodeA$ sbatch ...`; not
-# lesson 12's other commands on its hosts (`nodeA$ sinfo -N`).
+# lesson 32's other commands on its hosts (`nodeA$ sinfo -N`).
 LAUNCH_ECHO = re.compile(r"\w*\$ (\w+=\S* )*(torchrun|python|sbatch) ")
 SCRIPT_WORD = re.compile(r"\.(py|sbatch|sh)$")
 PER_NODE = re.compile(r"--nproc[-_]per[-_]node[= ](\d+)")
@@ -133,7 +133,7 @@ class Launch(NamedTuple):
 
 def launches(executed: Path) -> list[Launch]:
     """The launches an executed lesson made: `launch`, `launch_ranks` and `launch_nodes`
-    echo each command as `$ ...` (lesson 12's hosts as `nodeA$ ...`), one line per process
+    echo each command as `$ ...` (lesson 32's hosts as `nodeA$ ...`), one line per process
     or node that ends in ` &` when a launch starts several; a Slurm job is echoed as
     `nodeA$ sbatch ...`."""
     found: list[list[str]] = []
@@ -171,17 +171,19 @@ def launches_in(executed: Path) -> int:
     return len(launched_scripts(executed))
 
 
-def builds_ddp(script: str, folder: Path = REPO / "ddp_scripts") -> bool:
-    """Whether a launched course script (or a harness it imports from `folder`) builds a
-    DDP model, whose constructor imports torch._dynamo: such a launch costs the minimal
-    DDP launch, not the minimal one."""
-    path = folder / Path(script).name
+def builds_ddp(script: str, root: Path = REPO) -> bool:
+    """Whether a launched course script (`script`, relative to `root`; or a module it imports
+    from its lesson's folder or ddp_scripts/shared) builds a DDP model, whose constructor
+    imports torch._dynamo: such a launch costs the minimal DDP launch, not the minimal one."""
+    path = root / script
     if not path.is_file():
         return False
     text = path.read_text()
     for name in re.findall(r"^(?:from|import) (\w+)", text, re.M):
-        if (folder / f"{name}.py").is_file() and name != "ddp_common":
-            text += (folder / f"{name}.py").read_text()
+        for folder in (path.parent, root / "ddp_scripts" / "shared"):
+            if (folder / f"{name}.py").is_file() and name != "ddp_common":
+                text += (folder / f"{name}.py").read_text()
+                break
     return bool(DDP_BUILT.search(text))
 
 
@@ -316,7 +318,7 @@ def main(argv=None) -> int:
     over = total / total_floor if total_floor else float("nan")
     print(f"{'... over its floor':<30}  {over:6.2f}x  (budget {FLOOR_BUDGET_RATIO:g}x: "
           f"{verdict(over <= FLOOR_BUDGET_RATIO)})")
-    print(f"{'... without lesson 12':<30}  {single_machine:7.1f}  {'':8}  {'':7}   "
+    print(f"{'... without lesson 32':<30}  {single_machine:7.1f}  {'':8}  {'':7}   "
           f"{verdict(single_machine < COURSE_BUDGET_S)}")
     if not args.no_record:
         from tools import course_map
@@ -334,8 +336,8 @@ def main(argv=None) -> int:
 
 
 def cluster_setup() -> float:
-    """Lesson 12's cluster on its own: packages, up (hosts and Slurm), down. Returns the
-    seconds of up and down (part of lesson 12's floor), 0 where it cannot run."""
+    """Lesson 32's cluster on its own: packages, up (hosts and Slurm), down. Returns the
+    seconds of up and down (part of lesson 32's floor), 0 where it cannot run."""
     from tools import cluster
 
     reason = cluster.why_not()
@@ -347,7 +349,7 @@ def cluster_setup() -> float:
     start = time.monotonic()
     cluster.down(quiet=True)
     down = time.monotonic() - start
-    print(f"lesson 12's cluster: up in {up:.1f} s "
+    print(f"lesson 32's cluster: up in {up:.1f} s "
           f"({'installing ' + ' '.join(missing) if missing else 'packages already installed'}), "
           f"down in {down:.1f} s, leftovers: {cluster.leftovers() or 'none'}")
     return up + down

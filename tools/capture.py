@@ -1,4 +1,4 @@
-"""Helpers for lesson 00's in-kernel demonstration of torch.multiprocessing.spawn."""
+"""Helpers for lesson 01's in-kernel demonstration of torch.multiprocessing.spawn."""
 
 from __future__ import annotations
 

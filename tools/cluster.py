@@ -1,4 +1,4 @@
-"""Two hosts and a Slurm cluster on this one machine, for lesson 12.
+"""Two hosts and a Slurm cluster on this one machine, for lesson 32.
 
 Each "host" is a Linux network namespace with its own interface ``eth0`` and address,
 joined to the other by a virtual bridge: what crosses between them is real TCP over

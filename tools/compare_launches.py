@@ -47,23 +47,23 @@ _PEER_GONE = re.compile(r"(Read error \[[^\]]*\]:#: Connection reset by peer|"
                         r"by a remote worker (hanging or bugs in the application|crashing)")
 # Launches whose failure is, by design, one of several (which one depends on timing; the
 # lesson says so): for these, how they ended and their JSON are compared, not their lines.
-# 04_rendezvous_failures (a stale file: the dead rank's port refuses, or the connection
-# times out) and 08_store_trap (the trap: refused, timed out, or reset, on either rank).
-# 12_clusters' second (host B's link goes down: which agent reports first) varies between
+# 20_rendezvous_failures (a stale file: the dead rank's port refuses, or the connection
+# times out) and 24_store_trap (the trap: refused, timed out, or reset, on either rank).
+# 32_clusters' second (host B's link goes down: which agent reports first) varies between
 # two cold runs alike.
-# 08_fault_tolerance's killed rank (--max-restarts): its peer either fails in its
+# 23_fault_tolerance's killed rank (--max-restarts): its peer either fails in its
 # all-reduce first (a traceback) or is stopped by torchrun before it notices (none).
-# 14_debugging's rank0_eval (rank 0 waits in a broadcast, rank 1 in a barrier, each with
+# 25_debugging's rank0_eval (rank 0 waits in a broadcast, rank 1 in a barrier, each with
 # the same timeout, while the lesson runs three hangs at once): rank 0 either times out or
 # first sees rank 1 gone, a race of milliseconds; seen both ways in cold runs. A launch is
 # named by its number in the lesson or by a part of its command.
-VARIES = {("04_rendezvous_failures", 3), ("08_store_trap", 1), ("12_clusters", 2),
-          ("08_fault_tolerance", "--max-restarts="), ("14_debugging", "--bug rank0_eval ")}
+VARIES = {("20_rendezvous_failures", 3), ("24_store_trap", 1), ("32_clusters", 2),
+          ("23_fault_tolerance", "--max-restarts="), ("25_debugging", "--bug rank0_eval ")}
 # Launches where a rank's collective either times out or first sees its peer leave (the
 # lesson accepts both): their lines are compared with the two errors read as one.
-# 14_debugging's rank0_metric: rank 0 times out in its reduce, writes its dumps and leaves,
+# 25_debugging's rank0_metric: rank 0 times out in its reduce, writes its dumps and leaves,
 # while rank 1 waits in its all-reduce with the same timeout; seen both ways (CI, a warm run).
-TIMED_OUT_OR_GONE = {("14_debugging", "--bug rank0_metric ")}
+TIMED_OUT_OR_GONE = {("25_debugging", "--bug rank0_metric ")}
 _TIMED_OUT_OR_GONE = re.compile(r"(\[\S+\.cc:#\] )?(Timed out waiting #ms for recv operation "
                                 r"to complete|<the peer is gone>|Connection (closed|reset) by "
                                 r"peer|Read error).*$")
@@ -100,8 +100,8 @@ def shape(launch: dict) -> dict:
 
 
 # JSON fields that hold what timing decides: the store keys a process found when it started
-# (lesson 08: whether its peers of the same attempt had written theirs yet); and lists whose
-# order is the order in which the ranks got there (lesson 08's events, from all ranks).
+# (lesson 24: whether its peers of the same attempt had written theirs yet); and lists whose
+# order is the order in which the ranks got there (lesson 23's events, from all ranks).
 TIMING_FIELDS = ("addresses_in_store",)
 ARRIVAL_ORDER = ("events",)
 

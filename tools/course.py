@@ -24,15 +24,26 @@ def lessons() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+SCRIPTS = REPO / "ddp_scripts"  # a folder per lesson (its stem), and shared/
+
+
+def companion_scripts(root: Path = SCRIPTS) -> list[Path]:
+    """The scripts a learner launches: the Python files in the lessons' folders that run
+    something when started (`if __name__ == "__main__":`); the others are modules their
+    neighbours import (harnesses, helpers)."""
+    return [path for path in sorted(root.glob("[0-9][0-9]_*/*.py"))
+            if '__name__ == "__main__"' in path.read_text()]
+
+
 def uses_cluster(nb) -> bool:
-    """Whether a lesson builds lesson 12's hosts and Slurm (tools/cluster.py)."""
+    """Whether a lesson builds lesson 32's hosts and Slurm (tools/cluster.py)."""
     return any("from tools import cluster" in cell.source
                for cell in nb.cells if cell.cell_type == "code")
 
 
 def why_not_here(path: Path) -> str | None:
     """Why lesson `path` cannot run on this machine, or None. Only a lesson that uses the
-    cluster (lesson 12) can be refused: its hosts and Slurm need Linux and root. CI sets
+    cluster (lesson 32) can be refused: its hosts and Slurm need Linux and root. CI sets
     DDP_COURSE_REQUIRE_CLUSTER=1, so that there it always runs, and fails if it cannot."""
     if os.environ.get("DDP_COURSE_REQUIRE_CLUSTER") == "1":
         return None

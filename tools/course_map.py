@@ -127,9 +127,9 @@ def markdown(link_prefix: str = "") -> str:
 
     lines = ["**The core path**, in order, for someone who must parallelise a training "
              f"script tomorrow (about {sum(r['minutes'] for r in core)} minutes of reading):",
-             "", "| step | lesson | what you get | reading | run |", "|---|---|---|---|---|"]
-    lines += [f"| {i} | {link(r)} | {r['why']} | {r['minutes']} min | {_seconds(r['seconds'])} |"
-              for i, r in enumerate(core, start=1)]
+             "", "| lesson | what you get | reading | run |", "|---|---|---|---|"]
+    lines += [f"| {link(r)} | {r['why']} | {r['minutes']} min | {_seconds(r['seconds'])} |"
+              for r in core]
     lines += ["", "**Topics, when you need them:**", "",
               "| topic | lesson | take it for | reading | run |", "|---|---|---|---|---|"]
     for group, _ in topics():

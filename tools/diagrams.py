@@ -197,7 +197,7 @@ DIAGRAMS["ring_allreduce.png"] = ring_allreduce
 
 
 def cluster_two_hosts():
-    """Lesson 12's cluster: two network namespaces on one machine, joined by a bridge,
+    """Lesson 32's cluster: two network namespaces on one machine, joined by a bridge,
     with Slurm's daemons, the torchrun agents, the ranks and the rendezvous endpoint."""
     fig, ax = plt.subplots(figsize=(10.5, 5.4))
     _box(ax, 0, 0, 10.6, 5.5, "#f3f3f3")
@@ -249,7 +249,7 @@ ALT_TEXT["cluster_two_hosts.png"] = (
 
 
 def gpipe_schedule(stages: int = 2, micro_batches: int = 4):
-    """The GPipe schedule (lesson 11): one row per stage, time on the x axis; a micro-batch's
+    """The GPipe schedule (lesson 31): one row per stage, time on the x axis; a micro-batch's
     forward (F) or backward (B) takes one slot per stage, idle slots (the bubble) hatched.
     Above, the same batch whole (M = 1): its slots are M times as long."""
     fig, axes = plt.subplots(2, 1, figsize=(9, 3.9))
@@ -299,7 +299,7 @@ ALT_TEXT["gpipe_schedule.png"] = (
 
 
 def global_batch(ranks: int = 2, accumulate: int = 2, micro: int = 6):
-    """The capstone's step (lesson 13): the global batch dealt out to the ranks, each rank's
+    """The capstone's step (lesson 06): the global batch dealt out to the ranks, each rank's
     share cut into micro-batches; backward under no_sync for all but the last, whose
     backward exchanges the gradients; then the same clipped step everywhere."""
     fig, ax = plt.subplots(figsize=(10, 1.5 + 1.35 * ranks))

@@ -1,6 +1,6 @@
 """`make grade`: grade a class's notebooks against the instructor's copy of the course.
 
-    python -m tools.grade PATH ... [--lessons 01_devices,03_backends] [--out build/grades]
+    python -m tools.grade PATH ... [--lessons 10_devices,11_backends] [--out build/grades]
                           [--shard K/N] [--world-size N] [--timeout S] [--lesson-timeout S]
                           [--require-all]
 
@@ -77,7 +77,7 @@ EXERCISE_TIMEOUT_S = CELL_TIMEOUT_S // 2
 LESSON_TIMEOUT_S = 600  # a lesson's exercises take seconds; stubs wait for launch timeouts
 MARKER = "DDP_GRADE_RUN"  # in the environment of every process a graded lesson starts
 PROTECTED = ("tools", "ddp_scripts")
-# A lesson cell that grading must run though no exercise reads what it assigns (lesson 12's
+# A lesson cell that grading must run though no exercise reads what it assigns (lesson 32's
 # `seconds = cluster.up()`, and `cluster.down()` after the exercises).
 GRADE_SETUP = "grade-setup"  # put back before each check if a student changed them
 
@@ -428,7 +428,7 @@ def graded_lessons(teacher_dir: Path, chosen: list[str] | None = None) -> list[P
 
 def hand_ins(folder: Path, stems: list[str]) -> tuple[dict[str, Path], list[str]]:
     """The student's notebook for each lesson, and notes on the files around them: a
-    lesson found under another name (`Copy of 05_ddp.ipynb`) is graded and named; a
+    lesson found under another name (`Copy of 13_inside_ddp.ipynb`) is graded and named; a
     notebook that is no lesson is named and ignored."""
     files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
     found, notes = {}, []

@@ -194,7 +194,7 @@ class _Process:
     argv: list[str]  # the command as it runs
     env: dict
     log_dir: Path | None = None  # torchrun's --log-dir, read once the run has ended
-    host: str = ""  # the host whose shell it is typed into (lesson 12), shown as "host$"
+    host: str = ""  # the host whose shell it is typed into (lesson 32), shown as "host$"
     # On a host: the command as it runs there (`argv` wraps it to enter the host's
     # namespaces), and those namespaces, for a warm start (tools/cluster.py's `namespaces`).
     inside: list[str] | None = None

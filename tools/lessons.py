@@ -1,6 +1,12 @@
 """The course's lessons, one entry each, in reading order: the core path, then the topics,
 each under the question that sends a learner to it.
 
+A lesson's number is its place: the core path is 00 to 09, and each part of the topics has
+its own tens (10-19 how DDP works inside, 20-29 when a job fails, 30-39 bigger models and
+clusters), so that the files sort in reading order and a new lesson fits into its part
+without renumbering the others. Its scripts live in ddp_scripts/<stem>/; the modules other
+lessons' scripts import, in ddp_scripts/shared/ (importable everywhere in .venv).
+
 Everything else that lists lessons is made from this list or tested against it: the course
 map (README, lesson 00, the site's index), the site's descriptions and its previous / next
 links, the README's table of lessons, each lesson's closing "**Next:**" cell
@@ -28,7 +34,8 @@ class Lesson:
     budget_s: float = LESSON_BUDGET_S
     # the world sizes besides 2 at which its claims are checked again, and what changes there
     world_sizes: dict[int, str] = field(default_factory=dict)
-    helpers: tuple[str, ...] = ()  # the modules it writes into ddp_scripts/ for others to import
+    # the modules it writes into ddp_scripts/shared/, which other lessons' scripts import
+    shared: tuple[str, ...] = ()
 
 
 LESSONS = [
@@ -44,8 +51,8 @@ LESSONS = [
            "it with one process), and the samplers that make every DDP step the plain step",
            world_sizes={3: "each rank's share of the data, equal weights to one process",
                        4: "the quick start invites WORLD_SIZE=4"},
-           helpers=("digits_cnn.py",)),
-    Lesson("00_how_the_course_works", CORE,
+           shared=("digits_cnn.py",)),
+    Lesson("01_how_the_course_works", CORE,
            "how the lessons launch scripts and report their failures",
            "Why DDP code runs in a script that torchrun launches, not in the notebook; what "
            "torchrun gives each rank; reading per-rank output and failure reports.",
@@ -54,18 +61,18 @@ LESSONS = [
            "Cause, `Failures:`, what `@record` adds), parameters; exercises: each rank says where "
            "it is (rank, local rank, node) on two torchrun nodes, and a rank with no data fails so "
            "that torchrun names it, both in scripts the checks launch"),
-    Lesson("01_devices", CORE,
+    Lesson("02_devices", CORE,
            "one device per rank, and what changes on GPUs",
            "torch.device on CPU and GPU, cross-device errors, one device per rank from LOCAL_RANK, "
            "CUDA_VISIBLE_DEVICES and map_location.",
            "`torch.device`, what the machine has, the cross-device error, `LOCAL_RANK` to device, "
            "backend from device, `CUDA_VISIBLE_DEVICES`, `map_location`; "
-           "`ddp_scripts/ddp_common.py`, the plumbing every later script imports (`setup`: "
+           "`ddp_scripts/shared/ddp_common.py`, the plumbing every later script imports (`setup`: "
            "torchrun check, device, group; `teardown`; `arguments`: the options every script "
            "takes; `report`: every rank's results gathered and written by rank 0), launched on its "
            "own to check that a launch works",
-           helpers=("ddp_common.py",)),
-    Lesson("05_ddp_training", CORE,
+           shared=("ddp_common.py",)),
+    Lesson("03_ddp_training", CORE,
            "the sampler, metrics over all ranks, logging from rank 0",
            "Training with DDP in practice: DistributedSampler and set_epoch, metrics reduced "
            "across ranks, rank-0 logging, a real dataset on 2 ranks.",
@@ -74,8 +81,8 @@ LESSONS = [
            "trained to over 95% on 2 ranks and on 1 process, with the same weights; exercise: fix "
            "a DDP script's `fit` (`set_epoch`, accuracy summed over ranks) that the check launches",
            world_sizes={3: "the sampler's padding and metrics summed over ranks"},
-           helpers=("digits_data.py", "fit_harness.py")),
-    Lesson("07_checkpointing", CORE,
+           shared=("digits_data.py",)),
+    Lesson("04_checkpointing", CORE,
            "save and resume a DDP run exactly",
            "Saving and resuming DDP training: rank-0 saves, the module. prefix, the full training "
            "state, an exact resume, and what each missing piece does.",
@@ -86,8 +93,8 @@ LESSONS = [
            "the `module.` prefix, and a DDP run's `save_checkpoint` and `load_checkpoint` in a "
            "script the check launches (only rank 0 writes, nobody reads early, a bit-exact resume)",
            world_sizes={3: "resuming the sampler at any world size"},
-           helpers=("training_run.py", "checkpoints.py", "resume_harness.py")),
-    Lesson("09_real_training", CORE,
+           shared=("training_run.py", "checkpoints.py")),
+    Lesson("05_real_training", CORE,
            "unused parameters, gradient accumulation, mixed precision",
            "DDP in real training code: unused parameters and their fixes, activation "
            "checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
@@ -101,9 +108,8 @@ LESSONS = [
            "a `GradScaler` skipping its overflowing steps and `unscale_` before clipping; "
            "exercise: accumulation over micro-batches of unequal sizes in a script the check "
            "launches",
-           world_sizes={3: "the global batch of gradient accumulation"},
-           helpers=("accumulate_harness.py",)),
-    Lesson("13_capstone_gpt", CORE,
+           world_sizes={3: "the global batch of gradient accumulation"}),
+    Lesson("06_capstone_gpt", CORE,
            "a small GPT on real text, every piece in one loop",
            "A small GPT trained on Python's own documentation with DDP: the global batch, a loss "
            "per token, exact evaluation, a lost rank, and FSDP2, each checked against one process.",
@@ -116,9 +122,8 @@ LESSONS = [
            "broadcast), and the fix; a rank killed, the job restarted and resumed exactly; "
            "throughput and generated text; FSDP2 as a diff; exercises: the token-weighted gradient "
            "reduction and exact evaluation, graded on tied, frozen and unused parameters",
-           budget_s=60.0,
-           helpers=("gpt_data.py", "gpt.py", "gpt_train.py", "capstone_harness.py")),
-    Lesson("02_collectives", "How DDP works inside",
+           budget_s=60.0),
+    Lesson("10_collectives", "How DDP works inside",
            "what all-reduce and the other collectives do",
            "Point-to-point messages and every collective (broadcast, reduce, all_reduce, gather, "
            "scatter, ...) across ranks, and a ring all-reduce written by hand.",
@@ -127,7 +132,7 @@ LESSONS = [
            "size counted by the kernel, and why no all-reduce can send less; exercise: write the "
            "ring's reduce-scatter in a script the check launches",
            world_sizes={3: "the ring's chunks and every collective's result"}),
-    Lesson("03_backends", "How DDP works inside",
+    Lesson("11_backends", "How DDP works inside",
            "Gloo, NCCL and MPI, and how fast they move data",
            "Gloo, NCCL and MPI: what each supports, picking one from the device, and all_reduce "
            "time and bandwidth measured from 1 KiB to 64 MiB.",
@@ -136,14 +141,14 @@ LESSONS = [
            "against a memory copy, why DDP buckets, `GLOO_SOCKET_IFNAME` failing on purpose; "
            "exercise: a mean over the ranks for every dtype (Gloo's `AVG` refuses integers) in a "
            "script the check launches"),
-    Lesson("04_init_methods", "How DDP works inside",
+    Lesson("12_init_methods", "How DDP works inside",
            "how the processes find each other",
            "How the processes find each other: env://, tcp://, file:// and stores, tcp:// under "
            "torchrun, two nodes on one machine.",
            "`env://`, `tcp://`, `file://`, `TCPStore` and `FileStore` forming the same world; two "
            "torchrun agents as two nodes forming one world of 4; `tcp://` under torchrun (every "
            "rank a client)"),
-    Lesson("05_ddp", "How DDP works inside",
+    Lesson("13_inside_ddp", "How DDP works inside",
            "what DDP does at construction and in backward",
            "What DistributedDataParallel does: the broadcast at construction, gradient buckets "
            "all-reduced during backward, and training equal to one process.",
@@ -156,16 +161,15 @@ LESSONS = [
            "after backward; during backward with hooks and asynchronous all-reduces; in buckets), "
            "each equal to DDP on the lesson's model and on one with a frozen layer, a frozen bias, "
            "tied weights and branches some or all ranks skip",
-           world_sizes={3: "the average over ranks, by hand and by DDP"},
-           helpers=("small_model.py", "by_hand_harness.py")),
-    Lesson("04_rendezvous_failures", "When a job fails, hangs or crawls",
+           world_sizes={3: "the average over ranks, by hand and by DDP"}),
+    Lesson("20_rendezvous_failures", "When a job fails, hangs or crawls",
            "a job that never starts",
            "Rendezvous failures provoked and read: a world that never fills, a taken port, a stale "
            "file; joining a job that Slurm starts.",
            "a world that never fills, a taken port and a stale `file://` file, each provoked and "
            "asserted; exercise: join the group from Slurm's variables (`SLURM_PROCID`, "
            "`SLURM_NTASKS`) in a script the check launches without torchrun"),
-    Lesson("06_skewed_speeds", "When a job fails, hangs or crawls",
+    Lesson("21_skewed_speeds", "When a job fails, hangs or crawls",
            "slow ranks, timeouts and uneven inputs",
            "Stragglers, timeouts and hangs: who waits for whom, monitored_barrier naming the late "
            "rank, uneven inputs fixed with Join.",
@@ -179,9 +183,8 @@ LESSONS = [
            "shadow (a bounded hang, then `throw_on_early_termination`); exercise: make an uneven "
            "DDP loop in a script finish, equal to a reference",
            world_sizes={3: "uneven inputs and Join",
-                       4: "stragglers and uneven inputs among four ranks, Join with three done"},
-           helpers=("skew_helpers.py", "uneven_harness.py")),
-    Lesson("07_checkpoints_survive", "When a job fails, hangs or crawls",
+                       4: "stragglers and uneven inputs among four ranks, Join with three done"}),
+    Lesson("22_checkpoints_survive", "When a job fails, hangs or crawls",
            "checkpoints that survive workers, crashes and resharding",
            "Checkpoints that survive: DataLoader workers' seeds, a crash while saving, "
            "weights_only, sharded checkpoints loaded into another number of ranks.",
@@ -193,7 +196,7 @@ LESSONS = [
            "checkpoint of a folder",
            world_sizes={3: "every rank's workers, and the distributed checkpoint's shards",
                        4: "four ranks' loader workers, and four shards resharded"}),
-    Lesson("08_fault_tolerance", "When a job fails, hangs or crawls",
+    Lesson("23_fault_tolerance", "When a job fails, hangs or crawls",
            "a rank that dies: restart and resume",
            "A rank killed mid-training: torchrun restarts the job, which resumes from its "
            "checkpoint and ends with the uninterrupted run's weights.",
@@ -202,17 +205,16 @@ LESSONS = [
            "restart's cost, torchrun itself crashing on an error file read while a rank writes it "
            "(provoked every time) and the fix, the dead processes' keys left in torchrun's store, "
            "elastic launch and schedulers",
-           helpers=("resuming.py", "restart_store.py")),
-    Lesson("08_store_trap", "When a job fails, hangs or crawls",
+           shared=("resuming.py",)),
+    Lesson("24_store_trap", "When a job fails, hangs or crawls",
            "a restarted job that cannot reconnect",
            "A restarted job that reads the dead processes' addresses from torchrun's store and "
            "fails; the fix, for one node and several, written in a script.",
            "a restarted job's plain `init_process_group` reading the dead processes' addresses and "
            "failing (torch 2.13), torchrun's report when restarts run out, the fixes (a prefix per "
            "restart, `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`) and the torch versions that need "
-           "them; exercise: the fix, written in a script the check launches with a restart",
-           helpers=("restart_harness.py",)),
-    Lesson("14_debugging", "When a job fails, hangs or crawls",
+           "them; exercise: the fix, written in a script the check launches with a restart"),
+    Lesson("25_debugging", "When a job fails, hangs or crawls",
            "a hung job: find the rank, the line and the collective",
            "Three hangs provoked and diagnosed: the flight recorder, torchfrtrace, py-spy stacks, "
            "TORCH_DISTRIBUTED_DEBUG=DETAIL and a breakpoint on one rank.",
@@ -224,7 +226,7 @@ LESSONS = [
            "`@record`'s root cause, py-spy stacks of every rank, `torch.distributed.breakpoint()` "
            "driven by a scripted stdin; exercises: find the first mismatched collective in the "
            "dumps, and the ranks stuck outside communication in the stacks"),
-    Lesson("10_beyond_allreduce", "Bigger models and real clusters",
+    Lesson("30_beyond_allreduce", "Bigger models and real clusters",
            "compression, ZeRO, FSDP2 and torch.compile",
            "Compression hooks (fp16, PowerSGD) with the bytes counted, ZeRO and FSDP2 against DDP "
            "per rank, torch.compile on a DDP model; ZeRO written by hand.",
@@ -232,14 +234,13 @@ LESSONS = [
            "times fewer) and their loss after 30 steps, `bf16_compress_hook` refused by Gloo, "
            "`gradient_as_bucket_view`; `ZeroRedundancyOptimizer` and FSDP2 (`fully_shard`) against "
            "DDP: weights, gradients and Adam state per rank, the collectives each adds "
-           "(all-gathers and reduce-scatters, the halves of lesson 02's all-reduce), the same "
+           "(all-gathers and reduce-scatters, the halves of lesson 10's all-reduce), the same "
            "weights; `torch.compile` on a DDP model split into one graph per bucket, its compile "
            "time, a bare `nn.Sequential` compiled into nothing and `bucket_cap_mb` under 1 refused "
            "(torch 2.13); exercise: ZeRO by hand (reduce-scatter, a momentum shard, all-gather) in "
            "a script the check launches",
-           world_sizes={3: "ZeRO's and FSDP2's shards"},
-           helpers=("wire.py", "zero_harness.py")),
-    Lesson("11_pipeline_ddp", "Bigger models and real clusters",
+           world_sizes={3: "ZeRO's and FSDP2's shards"}),
+    Lesson("31_pipeline_ddp", "Bigger models and real clusters",
            "a model split over processes, with DDP",
            "A network split into two stages, each replicated with DDP over its own group, equal to "
            "one process; RPC and its status; logging to TensorBoard.",
@@ -254,14 +255,13 @@ LESSONS = [
            "with micro-batches (sends counted, the two stages overlapping as the call log shows, "
            "equal to one process) in a script the check launches",
            world_sizes={3: "the stage and data-parallel groups",
-                       4: "a 2 x 2 grid of stages and data-parallel groups"},
-           helpers=("two_stages.py", "gpipe_harness.py")),
-    Lesson("12_clusters", "Bigger models and real clusters",
+                       4: "a 2 x 2 grid of stages and data-parallel groups"}),
+    Lesson("32_clusters", "Bigger models and real clusters",
            "several hosts and Slurm",
            "Two hosts and a Slurm cluster on one machine: torchrun across hosts, sbatch with srun "
            "python and srun torchrun, four launch failures provoked (needs root).",
            "two hosts on one machine (network namespaces with their own names, addresses and "
-           "`eth0`, `tools/cluster.py`); lesson 05's training across them with `torchrun "
+           "`eth0`, `tools/cluster.py`); lesson 03's training across them with `torchrun "
            "--rdzv-backend=c10d`, every rank's TCP connections read from `/proc`; a real Slurm "
            "22.05 cluster: `sbatch` with `srun python` (Slurm's variables mapped) and with `srun "
            "torchrun`, `squeue`, the same training as by hand; a rendezvous host a node cannot "
@@ -272,7 +272,7 @@ LESSONS = [
            "Slurm's node lists (checked against `scontrol`), and the `srun torchrun` batch script, "
            "which the check submits",
            budget_s=45.0),
-    Lesson("15_will_it_scale", "Bigger models and real clusters",
+    Lesson("33_will_it_scale", "Bigger models and real clusters",
            "predict a step's cost before adding GPUs",
            "All-reduce fitted to latency and bandwidth, DDP steps predicted from compute and "
            "buckets and checked, bucket_cap_mb swept, and when DP stops scaling on GPUs.",
@@ -283,11 +283,11 @@ LESSONS = [
            "all-reduce hides behind backward on H100s (NVLink, InfiniBand) and where data "
            "parallelism stops scaling; exercises: the ring step's latency and bandwidth for any "
            "world size, and the largest world that still hides its all-reduce"),
-    Lesson("16_slow_link", "Bigger models and real clusters",
+    Lesson("34_slow_link", "Bigger models and real clusters",
            "a slow link between hosts, and the hooks that win it back",
-           "Lesson 12's two hosts on a link limited to 100 Mbit/s with tc: the step time predicted "
+           "Lesson 32's two hosts on a link limited to 100 Mbit/s with tc: the step time predicted "
            "from the bytes on the wire, then fp16 and PowerSGD win it back (needs root).",
-           "lesson 12's two hosts with their link limited by `tc`'s token bucket (TBF) to 100 "
+           "lesson 32's two hosts with their link limited by `tc`'s token bucket (TBF) to 100 "
            "Mbit/s, the rate measured; DDP's step on the fast and the slow link, predicted from "
            "the gradients' bytes on the wire (counted from `/proc/net/dev`) and the rate; "
            "`fp16_compress_hook` and PowerSGD winning the step back, measured, their losses "

@@ -161,7 +161,7 @@ def join_times(runs: dict, timeout: float | None = None):
     return fig
 
 
-# Lesson 08's events (its script's log and the store trap's): marker, colour, legend label.
+# Lessons 23 and 24's events (23's script's log and 24's store trap): marker, colour, legend label.
 EVENT_STYLE = {"start": ("o", "#777777", "process started"),
                "joined": ("^", "#38761d", "joined the group"),
                "resumed": ("s", "#3366aa", "loaded a checkpoint"),
@@ -172,7 +172,7 @@ EVENT_STYLE = {"start": ("o", "#777777", "process started"),
 
 
 def restart_timeline(events: list, notes: dict | None = None):
-    """What each rank of each torchrun attempt did, from lesson 08's events log (one
+    """What each rank of each torchrun attempt did, from lesson 23's events log (one
     dict per line: event, rank, restart, time): one row per attempt and rank, a marker
     per event; `notes` ({(restart, rank): text}) are written at the end of a row (by
     default, "never joined the group" on a row without a "joined" event)."""
@@ -213,7 +213,7 @@ def restart_timeline(events: list, notes: dict | None = None):
 def resume_curves(data: dict, variants: tuple[str, ...] = ("no_optimizer_state",
                                                            "no_scheduler_state",
                                                            "no_rng_state", "wrong_epoch")):
-    """Lesson 07: the loss (rank 0's) and the learning rate of each step, for the run that
+    """Lesson 04: the loss (rank 0's) and the learning rate of each step, for the run that
     never stopped and for runs resumed from its checkpoint: the full resume, then resumes
     that left something out. The dotted line is the checkpoint."""
     resume, stop_at, steps = data["resume"], data["stop_at"], data["steps"]
@@ -273,7 +273,7 @@ def failure_times(cases: list[dict]):
 
 
 def fault_timeline(events: list):
-    """Lesson 08: what every rank of every torchrun attempt did, from the run's events log
+    """Lesson 23: what every rank of every torchrun attempt did, from the run's events log
     (dicts with event, rank, restart, time, and step where there is one): one panel per
     attempt (the restart between them takes far longer than the training), one row per
     rank; a rank's bar runs from its start to its kill or its finish."""
@@ -337,10 +337,11 @@ def fault_timeline(events: list):
 
 
 def bucket_gantt(ranks: list):
-    """DDP's buckets overlapping backward (lesson 05), one row per rank: backward as a grey
+    """DDP's buckets overlapping backward (lesson 13), one row per rank: backward as a grey
     bar, a tick when each parameter's gradient is ready (coloured as its bucket), and each
     bucket's all-reduce as a bar from hand-over to return; ms since a barrier all ranks
-    left together. `ranks`: per rank, one step of record_buckets in ddp_scripts/05_buckets.py."""
+    left together. `ranks`: per rank, one step of record_buckets in
+    ddp_scripts/13_inside_ddp/buckets.py."""
     n = len(ranks)
     colors = plt.get_cmap("tab10").colors
     fig, ax = plt.subplots(figsize=(10, 0.9 * n + 1.7))
@@ -372,9 +373,9 @@ def bucket_gantt(ranks: list):
 
 
 def memory_per_rank(ranks: list, ways: tuple[str, ...] = ("DDP", "ZeRO", "FSDP2")):
-    """What each rank keeps under DDP, ZeRO and FSDP2 (lesson 10), as stacked bars: one bar
+    """What each rank keeps under DDP, ZeRO and FSDP2 (lesson 30), as stacked bars: one bar
     per rank and way, weights, gradients and optimizer state stacked, in KiB. `ranks`: per
-    rank, what ddp_scripts/10_sharding.py found ({way: {"params",
+    rank, what ddp_scripts/30_beyond_allreduce/sharding.py found ({way: {"params",
     "grads", "optimizer"}} in bytes, a shard counted as its own size)."""
     parts = (("params", "weights", "#4f81bd"), ("grads", "gradients", "#9bbb59"),
              ("optimizer", "optimizer state (Adam)", "#f79646"))
@@ -403,7 +404,7 @@ def memory_per_rank(ranks: list, ways: tuple[str, ...] = ("DDP", "ZeRO", "FSDP2"
 
 
 def accumulation_plot(acc: dict, micro_steps: int):
-    """Lesson 09: one optimizer step's gradient from the same samples, four ways (rank 0's
+    """Lesson 05: one optimizer step's gradient from the same samples, four ways (rank 0's
     "accumulation" findings): the buckets each way all-reduced, and each gradient entry
     against the one big batch's (on the diagonal: the same gradient)."""
     ways = ["one big batch", "no_sync", "sync every micro-step", "no_sync, no division"]
@@ -441,10 +442,11 @@ def accumulation_plot(acc: dict, micro_steps: int):
 
 
 def pipeline_timeline(ranks: list):
-    """One pipeline step as it ran (lesson 11): one row per rank, a box for each
+    """One pipeline step as it ran (lesson 31): one row per rank, a box for each
     micro-batch's forward (F) and backward (B) on that rank's stage, in ms since a barrier
     all ranks left together. `ranks`: per rank, {"rank", "stage", "replica", "events":
-    [[kind, start, end], ...]} (seconds), as ddp_scripts/11_pipelining.py records them."""
+    [[kind, start, end],
+     ...]} (seconds), as ddp_scripts/31_pipeline_ddp/pipelining.py records them."""
     colors = {"F": "#9fc5e8", "B": "#f9cb9c"}
     n = len(ranks)
     fig, ax = plt.subplots(figsize=(10, 0.7 * n + 1.5))
@@ -472,7 +474,7 @@ def pipeline_timeline(ranks: list):
 
 
 def resume_variants(data: dict):
-    """Lesson 07: every resume of the lesson's table against the run that never stopped,
+    """Lesson 04: every resume of the lesson's table against the run that never stopped,
     one panel each: rank 0's loss at each step after the checkpoint (dots) on the
     uninterrupted run's (grey), and in the title the largest difference of the final
     weights. The dotted line is the checkpoint."""
@@ -504,7 +506,7 @@ def resume_variants(data: dict):
 
 
 def cut_files(cuts: list):
-    """Lesson 07, part 2: what torch.load said about a checkpoint cut short, from the run's
+    """Lesson 22, part 2: what torch.load said about a checkpoint cut short, from the run's
     list of cuts (dicts with cut, bytes, of and error): one row per cut, a bar to where the
     file ends (bytes kept, on a symmetric log scale, the whole file as a line), coloured by
     the error it gave."""
@@ -539,7 +541,7 @@ def cut_files(cuts: list):
 
 
 def gpt_curves(curves: dict, speeds: dict | None = None, baseline: str | None = None):
-    """The capstone's runs (lesson 13): training loss per step, one line per run
+    """The capstone's runs (lesson 06): training loss per step, one line per run
     ({label: losses}); and, when given, tokens trained per second ({label: tokens/s}),
     each bar labelled with its speed-up over `baseline`."""
     if speeds:
@@ -570,7 +572,7 @@ def gpt_curves(curves: dict, speeds: dict | None = None, baseline: str | None = 
 
 
 def window_lengths(lengths: list, context: int):
-    """How many characters the capstone's training windows hold (lesson 13): a bar per
+    """How many characters the capstone's training windows hold (lesson 06): a bar per
     length, the full windows at `context` + 1 on the right."""
     fig, ax = plt.subplots(figsize=(8, 2.8))
     counts = [lengths.count(n) for n in range(context + 2)]
@@ -584,7 +586,7 @@ def window_lengths(lengths: list, context: int):
 
 
 def flight_recorder_timeline(traces: dict, last: int = 8):
-    """Lesson 14: each rank's last `last` collectives from its flight recorder
+    """Lesson 25: each rank's last `last` collectives from its flight recorder
     ({rank: unpickled dump}), one box per collective at its sequence number, labelled
     with its name; the first sequence number where the ranks disagree is drawn in red.
     The title says how many of the sequence numbers it shows."""
@@ -624,7 +626,7 @@ def flight_recorder_timeline(traces: dict, last: int = 8):
 
 
 def slow_link_steps(measured: dict, predicted: dict, rate_mbit: float):
-    """Lesson 16: the time of one DDP step under each communication hook, on the fast link
+    """Lesson 34: the time of one DDP step under each communication hook, on the fast link
     and on the link limited to `rate_mbit`, as bars (ms), the prediction for the slow link
     marked on its bar. `measured`: {hook: {"fast": s, "slow": s}}; `predicted`: {hook: s}."""
     hooks = list(measured)

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         start = time.monotonic()
         reason = why_not_here(path)
         try:
-            if reason:  # lesson 12 off Linux or without root: rendered, not run
+            if reason:  # lesson 32 off Linux or without root: rendered, not run
                 print(f"{path.name} skipped: {reason}", flush=True)
                 executed.parent.mkdir(parents=True, exist_ok=True)
                 nbformat.write(nb, executed)

@@ -32,7 +32,7 @@ read it only at import); hides torch._dynamo until the script imports it, so tha
 variable its import sets (TORCHINDUCTOR_CACHE_DIR) appears only where a cold process
 would have it (`_hide`); and sets sys.argv, sys.orig_argv, sys.path[0] and __file__ as
 Python would. It also rewrites its /proc/self/cmdline (py-spy's header, `ps`) and
-/proc/self/environ (read by lesson 14's `local_ranks`) over room the server was started
+/proc/self/environ (read by lesson 25's `local_ranks`) over room the server was started
 with. What still differs is listed in tests/test_warm.py, with how each is handled.
 
 A launch gets cold processes instead when its environment differs from the server's in a
@@ -666,7 +666,7 @@ class _ImportAgain(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _fresh_state() -> None:
     """What the server's modules computed from the server itself, computed again for this
-    process, as a new one would: its temporary folder, host name (lesson 12's hosts), the
+    process, as a new one would: its temporary folder, host name (lesson 32's hosts), the
     multiprocessing folder and key, logging's start time."""
     if "tempfile" in sys.modules:  # unset, or found again under this process's TMPDIR
         sys.modules["tempfile"].tempdir = None
@@ -736,7 +736,7 @@ def _openblas_setters() -> list:
 
 
 def _enter(host: dict) -> None:
-    """Enter a host of lesson 12 as tools/cluster.py's `on` does (`unshare --uts --mount
+    """Enter a host of lesson 32 as tools/cluster.py's `on` does (`unshare --uts --mount
     nsenter --net=NETNS`, then its /etc/hosts and resolv.conf bound in, its host name)."""
     libc = ctypes.CDLL(None, use_errno=True)
 
