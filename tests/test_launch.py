@@ -15,6 +15,7 @@ from tools.launch import (
     STACKS_LIMIT_S,
     LaunchError,
     LaunchTimeout,
+    course_root,
     launch,
     launch_nodes,
     launch_ranks,
@@ -144,6 +145,22 @@ def test_parallel_launches_get_different_ports():
 def test_missing_results_file_is_an_error():
     with pytest.raises(LaunchError, match="wrote no results"):
         launch("tests/fixtures/no_json.py", nproc=1, out=True, timeout=60, echo=False)
+
+
+def test_a_lesson_in_a_copy_of_the_course_launches_the_copys_scripts(tmp_path, monkeypatch):
+    """A lesson's kernel works in its course's notebooks/ folder; `make course`, the tests and
+    the grader run lessons in copies, and a launch there runs the script the copy's lesson
+    just wrote, though `tools` is imported from this checkout."""
+    copy = tmp_path / "copy"
+    (copy / "notebooks").mkdir(parents=True)
+    (copy / "ddp_scripts" / "00_x").mkdir(parents=True)
+    (copy / "ddp_scripts" / "00_x" / "hello.py").write_text("print(\"the copy's\")\n")
+    monkeypatch.chdir(tmp_path / "copy" / "notebooks")
+    assert course_root() == tmp_path / "copy"
+    result = launch("ddp_scripts/00_x/hello.py", nproc=None, timeout=60, echo=False)
+    assert "the copy's" in result.output
+    monkeypatch.chdir(tmp_path)  # no course here: this checkout's
+    assert course_root() == REPO
 
 
 def test_missing_script_is_reported_before_launching():

@@ -276,13 +276,16 @@ class Job:
 
 
 def sbatch(script: str, *args: str, options: tuple = (), timeout: float = 60,
-           cwd: str | Path = REPO, out: bool = False, echo: bool = True,
+           cwd: str | Path | None = None, out: bool = False, echo: bool = True,
            check: bool = True) -> Job:
     """Submit a batch script from the head node (`options` go to sbatch and override the
     script's #SBATCH lines, `args` to the script), watch it in squeue until it has left
     the queue (cancelled after `timeout` s), and return how it ended; with `check`, raise
     unless it COMPLETED (and wrote its JSON, with `out`). The job inherits this
     process's environment (sbatch's default), so `python` and `torchrun` are the course's."""
+    if cwd is None:  # the course the lesson runs in
+        from tools.launch import course_root
+        cwd = course_root()
     (STATE / "jobs").mkdir(exist_ok=True)
     args = list(args)
     if out:
@@ -369,7 +372,7 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
         return processes
 
     defaults = {"timeout": 120, "out": False, "expect_failure": False, "echo": True,
-                "cwd": REPO}
+                "cwd": None}  # the course the lesson runs in (launch.course_root)
     defaults.update(options)
     if not defaults["echo"]:
         for host, command in runs:

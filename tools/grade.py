@@ -1,6 +1,6 @@
 """`make grade`: grade a class's notebooks against the instructor's copy of the course.
 
-    python -m tools.grade PATH ... [--lessons 10_devices,11_backends] [--out build/grades]
+    python -m tools.grade PATH ... [--lessons 02_devices,11_backends] [--out build/grades]
                           [--shard K/N] [--world-size N] [--timeout S] [--lesson-timeout S]
                           [--require-all]
 

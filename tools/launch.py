@@ -43,6 +43,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def course_root() -> Path:
+    """The course whose scripts a launch runs (paths are relative to it): the one whose
+    notebooks/ folder this process works in, as a lesson's kernel does, so that a copy of
+    the course (`make course`, the tests and the grader run lessons in copies) launches the
+    scripts its lessons just wrote; else the course this process works in; else this
+    checkout."""
+    here = Path.cwd()
+    for root in (here.parent, here) if here.name == "notebooks" else (here,):
+        if (root / "ddp_scripts").is_dir() and (root / "notebooks").is_dir():
+            return root
+    return REPO
+
 # Variables a launcher sets for its workers. They are removed from what a launch
 # inherits, so that a script started "without torchrun" really has none of them.
 LAUNCHER_VARIABLES = (
@@ -204,7 +217,7 @@ class _Process:
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
            out: bool | str | Path = False, expect_failure: bool = False,
            echo: bool = True, env: dict | None = None,
-           cwd: str | Path = REPO, max_restarts: int = 0) -> LaunchResult:
+           cwd: str | Path | None = None, max_restarts: int = 0) -> LaunchResult:
     """Run ``script`` (a path relative to the repository root) under torchrun on this
     machine and check how it ended.
 
@@ -230,7 +243,7 @@ def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
 def launch_ranks(script: str, *args, nproc: int = 2, world_size: int | None = None,
                  only_ranks: list[int] | None = None, timeout: float = 120,
                  out: bool | str | Path = False, expect_failure: bool = False,
-                 echo: bool = True, env: dict | None = None, cwd: str | Path = REPO,
+                 echo: bool = True, env: dict | None = None, cwd: str | Path | None = None,
                  names: tuple[str, str, str] = ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
                  ) -> LaunchResult:
     """Start ``nproc`` plain Python processes, the way a scheduler or a hand-written
@@ -259,7 +272,7 @@ def launch_ranks(script: str, *args, nproc: int = 2, world_size: int | None = No
 def launch_nodes(script: str, *args, nnodes: int = 2, nproc: int = 2,
                  timeout: float = 120, out: bool | str | Path = False,
                  expect_failure: bool = False, echo: bool = True, env: dict | None = None,
-                 cwd: str | Path = REPO) -> LaunchResult:
+                 cwd: str | Path | None = None) -> LaunchResult:
     """Pretend this machine is ``nnodes`` nodes: one torchrun agent per node, meeting
     through c10d rendezvous on a free local port, exactly as on a cluster (where each
     command runs on its own machine and the endpoint is node 0's address). Lines are
@@ -285,6 +298,7 @@ def launch_environment() -> dict:
 
 
 def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
+    cwd = course_root() if cwd is None else cwd
     script_path = Path(cwd) / script
     if not script_path.is_file():
         raise FileNotFoundError(f"no script at {script_path}")
@@ -584,10 +598,12 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-def show_diff(old: str, new: str, cwd: str | Path = REPO) -> None:
-    """Print what changed from script `old` to script `new` (paths from the repository's
-    root), leaving out their docstrings: `-` lines are gone, `+` lines are new."""
+def show_diff(old: str, new: str, cwd: str | Path | None = None) -> None:
+    """Print what changed from script `old` to script `new` (paths from the course's root,
+    `course_root()`), leaving out their docstrings: `-` lines are gone, `+` lines are new."""
     import difflib
+
+    cwd = course_root() if cwd is None else cwd
 
     def code(path):
         text = (Path(cwd) / path).read_text()

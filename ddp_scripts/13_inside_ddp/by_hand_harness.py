@@ -1,4 +1,4 @@
-"""Lesson 13, exercises 3 to 5: DDP by hand (05_by_hand_*.py call run_exercise). Two models,
+"""Lesson 13, exercises 3 to 5: DDP by hand (by_hand_*.py call run_exercise). Two models,
 the lesson's and one with frozen, tied and unused parameters, trained in DDP and with the
 learner's code, whose all-reduces are timed against backward. CPU and Gloo everywhere."""
 
