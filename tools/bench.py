@@ -313,7 +313,8 @@ def main(argv=None) -> int:
             print(f"{path.name:<30}  {seconds:7.1f}  {count:8d} ({cold:2d})  {floor:5.0f} s   "
                   f"{verdict(seconds < budget)}" + (f" ({budget:g} s)" if budget !=
                                                     LESSON_BUDGET_S else ""), flush=True)
-    print(f"{'whole course':<30}  {total:7.1f}  {total_launches:8d}       "
+    print(f"{'these lessons' if args.only else 'whole course':<30}  {total:7.1f}  "
+          f"{total_launches:8d}       "
           f"{total_floor:5.0f} s   {verdict(total < COURSE_BUDGET_S)}")
     over = total / total_floor if total_floor else float("nan")
     print(f"{'... over its floor':<30}  {over:6.2f}x  (budget {FLOOR_BUDGET_RATIO:g}x: "

@@ -240,6 +240,7 @@ def write() -> None:
         nb = nbformat.read(path, as_version=4)
         for target, (text, _) in written_scripts(nb, NOTEBOOKS).items():
             if not target.is_file() or target.read_text() != text:
+                target.parent.mkdir(exist_ok=True)  # a new lesson's folder
                 target.write_text(text)  # the scripts its %%writefile cells write
         cell = next_cell(nb)
         cell.source = with_next_line(cell.source, lesson.stem)
