@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from tools import zygote
+from tools.constant_checks import constant_asserts
 from tools.course import (
     MAX_MAIN_PATH_WORDS,
     MAX_RESULT_DISTANCE,
@@ -218,6 +219,17 @@ def test_ruff_is_clean():
                            "tools", "tests"], cwd=REPO, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_no_check_asserts_only_constants(path):
+    """A check reads what a run produced: an assert on literals, the parameters or arithmetic
+    on them holds whatever the run did (tools/constant_checks.py says how names are
+    followed). One that is arithmetic on purpose says so on its line."""
+    found = constant_asserts(read(path))
+    assert not found, (
+        f"{path.stem}: asserts that read only constants (cell, line): {found}. Check what the "
+        "run produced instead, or say on the line why it is arithmetic (# arithmetic: ...)")
 
 
 @pytest.mark.parametrize("path", lessons(), ids=lambda p: p.stem)

@@ -92,8 +92,13 @@ class WithBuffer(torch.nn.Module):
 
 
 def evaluate(model, x, y):
+    model.eval()  # as evaluation code does (dropout off, batch norm's running statistics)
     with torch.no_grad():
-        return torch.nn.functional.mse_loss(model(x), y).item()
+        print(f"evaluating: training={model.training}, "
+              f"grad enabled={torch.is_grad_enabled()}", flush=True)
+        loss = torch.nn.functional.mse_loss(model(x), y).item()
+    model.train()
+    return loss
 
 
 def train_ddp(world, args):
@@ -116,12 +121,12 @@ def train_ddp(world, args):
 
 
 def dump_flight_recorder(folder, rank):
-    """This rank's recent collectives, as the flight recorder keeps them (a pickle).
-    _dump_fr_trace is private: it may change between releases."""
+    """Write this rank's recent collectives, as the flight recorder keeps them (a pickle),
+    and return them. _dump_fr_trace is private: it may change between releases."""
     trace = torch._C._distributed_c10d._dump_fr_trace()
     (folder / "fr").mkdir(parents=True, exist_ok=True)
     (folder / "fr" / f"rank_{rank}").write_bytes(trace)
-    return len(pickle.loads(trace)["entries"])
+    return pickle.loads(trace)["entries"]
 
 
 def local_ranks():
@@ -156,8 +161,11 @@ def dump_stacks(folder):
 def replay_with_detail(world):
     """Bug 1 again, in a fresh group created with TORCH_DISTRIBUTED_DEBUG=DETAIL's
     checks: before each collective, the ranks compare what they are about to call."""
-    before = dist.get_debug_level()
-    dist.set_debug_level(dist.DebugLevel.DETAIL)  # read when a group is created
+    before = dist.get_debug_level()  # set from TORCH_DISTRIBUTED_DEBUG once, at import torch
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # too late: new_group reads the level
+    print(f"TORCH_DISTRIBUTED_DEBUG=DETAIL set after the import: level "
+          f"{dist.get_debug_level().name}, before {before.name}", flush=True)
+    dist.set_debug_level(dist.DebugLevel.DETAIL)  # the level, which new_group reads
     group = dist.new_group(backend="gloo")
     dist.set_debug_level(before)
     try:
@@ -200,11 +208,15 @@ def main():
             stalls = args.bug == "stalled_loader"
             train_by_hand(world, args, stall_at=8 * args.log_at if stalls else None)
     except RuntimeError as error:  # the collective timed out
+        caught_ns = time.time_ns()  # the flight recorder's clock too (on Linux)
         print(f"caught: {str(error).splitlines()[0][:160]}", flush=True)
         if args.dumps:
             folder = Path(args.dumps)
             entries = dump_flight_recorder(folder, world.rank)
-            print(f"flight recorder: {entries} entries", flush=True)
+            last = entries[-1]  # the collective that failed, stamped when it was issued
+            waited = (caught_ns - last["time_created_ns"]) / 1e9
+            print(f"flight recorder: {len(entries)} entries; the last, {last['profiling_name']}, "
+                  f"failed {waited:.3f} s after it was issued", flush=True)
             if world.rank == 0:
                 print(dump_stacks(folder), flush=True)
         if args.out and world.rank == 0:  # what rank 0 caught, for a test

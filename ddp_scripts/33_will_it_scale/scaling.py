@@ -80,7 +80,7 @@ def all_reduce_bucket(events, model):
 
 class Timed:
     """Times one step (forward and backward, no optimizer), when each gradient is ready
-    and, for a DDP model, when each bucket goes to all_reduce and comes back."""
+    and, for a DDP model, when each bucket is ready, goes to all_reduce and comes back."""
 
     def __init__(self, model, ddp=None):
         self.model, self.net = model, ddp or model
@@ -105,8 +105,8 @@ class Timed:
         end = time.perf_counter()
         ready = [self.ready[name] - middle for name in self.names]
         forward, backward, *ready = slowest([middle - start, end - middle, *ready], x.device)
-        buckets = [{**b, "at": b["at"] - middle, "done": b["done"] - middle}
-                   for b in self.buckets]
+        buckets = [{**b, "ready": max(self.ready[name] for name in b["params"]) - middle,
+                    "at": b["at"] - middle, "done": b["done"] - middle} for b in self.buckets]
         return {"forward": forward, "backward": backward, "step": forward + backward,
                 "ready": dict(zip(self.names, ready)), "buckets": buckets}
 
@@ -141,7 +141,7 @@ def main():
         row["ddp"] = {cap: timed.step(x) for cap, timed in ddps.items()}
         rounds.append(row)
     logging = {cap: {key: value for key, value in timed.net._get_ddp_logging_data().items()
-                     if key.startswith("avg_")} for cap, timed in ddps.items()}
+                     if key.startswith(("avg_", "iteration"))} for cap, timed in ddps.items()}
     with torch.autocast(device.type, dtype=torch.bfloat16):  # mixed precision, as on GPUs
         autocast = ddps[args.caps[-1]].step(x)
     nbytes = sum(p.numel() * p.element_size() for p in plain.model.parameters())

@@ -107,11 +107,14 @@ def timed_steps(hook, world, interface, warmup, steps):
         losses.append(loss.item())
     dist.barrier()  # as in probe_link: the last step's bytes have all left this host
     after = sent_bytes(interface)
-    # A private method, used only to count the buckets (as rebuilt after step 0).
-    buckets = model._get_ddp_logging_data()["bucket_sizes"]
+    # A private method, used only to read the buckets' sizes in bytes. "bucket_sizes" is the
+    # construction's single bucket; "rebuilt_bucket_sizes" the buckets rebuilt at step 1's
+    # forward, in backward's order and with bucket_cap_mb (absent if they never were).
+    rebuilt = model._get_ddp_logging_data().get("rebuilt_bucket_sizes", "")
+    buckets = [int(size) for size in rebuilt.split(",") if size.strip()]
     del model, optimizer
     return {"seconds_per_step": total / steps, "compute_per_step": compute / steps,
-            "losses": losses, "buckets": len(buckets.split(",")),
+            "losses": losses, "buckets": buckets,
             "sent_per_step": None if before is None else (after - before) / steps}
 
 
