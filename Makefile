@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORLD_SIZE ?= 2
 
-.PHONY: course test lab bench student grade images venv chromium cluster clean
+.PHONY: course test lab bench student grade images gpu-check venv chromium cluster clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,9 @@ student: venv  ## the student version (solutions replaced by stubs) in build/stu
 
 grade: venv  ## grade a class: CLASS=submissions/ (a folder per student); tools/grade.py
 	$(PY) -m tools.grade $(CLASS) $(NOTEBOOKS) $(if $(LESSONS),--lessons $(LESSONS))
+
+gpu-check: venv  ## on a GPU machine: every lesson's scripts on CUDA (tools/gpu_check.py)
+	$(PY) -m tools.gpu_check
 
 images: venv  ## redraw the diagrams in images/
 	$(PY) -m tools.diagrams

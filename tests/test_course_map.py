@@ -1,6 +1,7 @@
 """The course map (tools/course_map.py) names every lesson once, has run seconds for each,
 and the copies in the README and in the first lesson are what the module makes today."""
 import nbformat
+import pytest
 
 from tools import course_map
 from tools import lessons as registry
@@ -50,3 +51,17 @@ def test_reading_minutes_count_the_main_path_once():
     nb.cells.append(md("## Exercises\n\n" + "word " * 1000))
     nb.cells.append(code("\n".join(f"y{i} = {i}" for i in range(500))))
     assert course_map.reading_minutes(nb) == 4  # exercises are work, not reading
+
+
+def test_the_readme_figures_are_counted_from_the_notebooks():
+    """A counted figure left stale is rewritten, and a figure the module does not count is
+    an error, not a number kept by hand."""
+    counted = course_map.figures()
+    assert int(counted["lessons"]) == len(course_map.stems_in_map())
+    assert float(counted["points"]) == float(counted["points-but-capstone"]) + float(
+        counted["capstone-points"])
+    stale = "<!-- figure: points -->7<!-- / --> points"
+    assert course_map.with_figures(stale) == \
+        f"<!-- figure: points -->{counted['points']}<!-- / --> points"
+    with pytest.raises(KeyError, match="no figure named 'students'"):
+        course_map.with_figures("<!-- figure: students -->3<!-- / -->")

@@ -99,6 +99,21 @@ def test_deep_dives_are_well_formed(path):
             assert re.match(r"\s*<summary>.+?</summary>", block, flags=re.S), block[:80]
 
 
+def test_a_file_written_in_several_cells_counts_from_its_last():
+    """Cells that write one file one after the other are one piece of code; a file written
+    by one cell and prose after it is not."""
+    cells = [nbformat.v4.new_code_cell(src) for src in (
+        "%%writefile ../a.py\nx = 1", "%%writefile -a ../a.py\ny = 2",
+        "%%writefile -a ../a.py\nz = 3")]
+    cells += [nbformat.v4.new_markdown_cell("prose"),
+              nbformat.v4.new_code_cell('r = launch("a.py")'),
+              nbformat.v4.new_code_cell("assert r.ok")]
+    assert result_distances(nbformat.v4.new_notebook(cells=cells)) == [(0, 3), (1, 3), (2, 3)]
+    cells = [nbformat.v4.new_code_cell("%%writefile ../b.py\nx = 1"),
+             *[nbformat.v4.new_markdown_cell("prose")] * 3, *cells[-2:]]
+    assert result_distances(nbformat.v4.new_notebook(cells=cells)) == [(0, 5)]
+
+
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
 def test_results_beside_their_code(path):
     """Every piece of a script is launched and its run checked at most

@@ -300,9 +300,12 @@ def test_warm_and_cold_torchrun_print_the_same_and_fail_alike(warm_starts, monke
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the warm torchrun is Linux only")
 def test_a_launch_setting_a_start_up_variable_gets_a_cold_torchrun(warm_starts, tmp_path):
-    launch("tests/fixtures/ok.py", nproc=2, timeout=60, echo=False,
-           env={"TORCH_CPP_LOG_LEVEL": "ERROR"})
+    result = launch("tests/fixtures/ok.py", nproc=2, timeout=60, echo=False,
+                    env={"TORCH_CPP_LOG_LEVEL": "ERROR"})
     assert not warm_starts
+    # the variable is part of the command a learner types, and shown as such
+    assert result.command.startswith("TORCH_CPP_LOG_LEVEL=ERROR torchrun --standalone"), \
+        result.command
     launch("tests/fixtures/ok.py", nproc=2, timeout=60, echo=False,
            env={"SOMETHING_ELSE": "1"})
     assert len(warm_starts) == 1

@@ -95,19 +95,26 @@ def result_distances(nb) -> list[tuple[int, int | None]]:
     cells later (markdown counted) the first check of a run comes: the first code cell
     with an `assert` at or after the next launch, cells that write scripts skipped. None
     when no check follows. A figure or table of the run sits between them, so this is
-    the distance from code to result that a reader scrolls."""
+    the distance from code to result that a reader scrolls. A file too long for one cell,
+    written by cells one after the other (`%%writefile -a`), is one piece of code: the
+    distance counts from its last cell."""
     found = []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code" or not WRITES_SCRIPT.match(cell.source):
             continue
+        end = i
+        target = cell.source.split("\n", 1)[0].split()[-1]
+        while end + 1 < len(nb.cells) and nb.cells[end + 1].cell_type == "code" and \
+                nb.cells[end + 1].source.startswith(f"%%writefile -a {target}\n"):
+            end += 1
         launched, distance = False, None
-        for j in range(i + 1, len(nb.cells)):
+        for j in range(end + 1, len(nb.cells)):
             later = nb.cells[j]
             if later.cell_type != "code" or WRITES_SCRIPT.match(later.source):
                 continue
             launched = launched or bool(LAUNCHES.search(later.source))
             if launched and CHECKS.search(later.source):
-                distance = j - i
+                distance = j - end
                 break
         found.append((i, distance))
     return found

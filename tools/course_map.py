@@ -157,10 +157,46 @@ def lessons_table() -> str:
     return "\n".join(lines)
 
 
+FIGURE = re.compile(r"<!-- figure: ([\w-]+) -->(.*?)<!-- / -->")
+
+
+def figures() -> dict[str, str]:
+    """The README's counted figures, each between `<!-- figure: NAME -->` and `<!-- / -->`:
+    the number of lessons and the points `make grade` gives (every part of every exercise,
+    hidden checks included), counted from the notebooks as the grader counts them."""
+    from tools.grade import _parts_of  # the grader's own count of parts and points
+
+    points = {lesson.stem: sum(p.points for p in _parts_of(_read(lesson.stem)))
+              for lesson in registry.LESSONS}
+    capstone = [stem for stem in points if "capstone" in stem]
+    with_exercises = [stem for stem, n in points.items() if n and stem not in capstone]
+
+    def n(x: float) -> str:
+        return f"{x:g}"
+    return {"lessons": n(len(registry.LESSONS)),
+            "points": n(sum(points.values())),
+            "lessons-graded-but-capstone": n(len(with_exercises)),
+            "points-but-capstone": n(sum(points[s] for s in with_exercises)),
+            "capstone-points": n(sum(points[s] for s in capstone))}
+
+
+def with_figures(text: str) -> str:
+    """`text` with each counted figure replaced by today's count (an unknown name raises)."""
+    counted = figures()
+
+    def fill(m: re.Match) -> str:
+        if m.group(1) not in counted:
+            raise KeyError(f"no figure named {m.group(1)!r}; tools/course_map.py counts "
+                           f"{sorted(counted)}")
+        return f"<!-- figure: {m.group(1)} -->{counted[m.group(1)]}<!-- / -->"
+    return FIGURE.sub(fill, text)
+
+
 def readme_text(readme: str) -> str:
-    """`readme` with the map and the table of lessons replaced by today's."""
-    return _between(_between(readme, MARKERS, markdown("notebooks/")), TABLE_MARKERS,
-                    lessons_table())
+    """`readme` with the map, the table of lessons and the counted figures replaced by
+    today's."""
+    return with_figures(_between(_between(readme, MARKERS, markdown("notebooks/")),
+                                 TABLE_MARKERS, lessons_table()))
 
 
 def _read(stem: str):

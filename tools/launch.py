@@ -313,6 +313,10 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     if out_path is not None:
         args += ["--out", str(out_path)]
     processes = build(args)
+    # torch's own switches given in `env` are part of the command a learner types
+    typed = [f"{k}={v}" for k, v in (env or {}).items() if k.startswith("TORCH_")]
+    for p in processes:
+        p.shown = [*typed, *p.shown]
     command = "\n".join(shlex.join(p.shown) for p in processes)
 
     default_env = launch_environment()

@@ -123,6 +123,20 @@ LESSONS = [
            "throughput and generated text; FSDP2 as a diff; exercises: the token-weighted gradient "
            "reduction and exact evaluation, graded on tied, frozen and unused parameters",
            budget_s=60.0),
+    Lesson("07_the_script", CORE,
+           "the script to copy: every piece in plain PyTorch, proven",
+           "One DDP training script in plain PyTorch to start your own from, proven to train the "
+           "same model at 1 to 4 ranks and to resume bit for bit after a rank dies.",
+           "a DDP training script in plain PyTorch (no course helpers): `DistributedSampler` with "
+           "`set_epoch` and a sampler that resumes mid-epoch, the global batch and the learning "
+           "rate rule, accumulation under `no_sync`, bf16/fp16 with a `GradScaler`, clipping, "
+           "a checkpoint with model, optimizer, scheduler, scaler, step and every rank's random "
+           "state written atomically, exact validation through `model.module`, rank-0 TensorBoard, "
+           "a clean exit; the same weights and validation at 1, 2, 3 and 4 ranks (asserted and "
+           "plotted), a rank killed and the job restarted by torchrun ending bit for bit where an "
+           "uninterrupted run ends, `SyncBatchNorm` refusing the CPU; a one-page checklist for "
+           "converting your own script",
+           budget_s=40.0),
     Lesson("10_collectives", "How DDP works inside",
            "what all-reduce and the other collectives do",
            "Point-to-point messages and every collective (broadcast, reduce, all_reduce, gather, "

@@ -712,3 +712,54 @@ def step_predictions(rows: list, one_message: float | None = None):
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _gaps(a: list, b: list, floor: float) -> list:
+    return [max(abs(x - y), floor) for x, y in zip(a, b)]
+
+
+def same_training(losses: dict, floor: float = 1e-9):
+    """Left: the training loss per step at each world size ({ranks: [loss per step]}).
+    Right: each world size's distance from one process's loss, per step (log scale; an
+    exact match is drawn at `floor`)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    one = losses[min(losses)]
+    for (ranks, curve), style in zip(sorted(losses.items()), ["-", "--", "-.", ":"]):
+        steps = range(1, len(curve) + 1)
+        left.plot(steps, curve, style, label=f"{ranks} rank(s)")
+        if ranks != min(losses):
+            right.plot(steps, _gaps(curve, one, floor), style, label=f"{ranks} ranks vs 1")
+    left.set_ylabel("training loss (global batch)")
+    right.set_ylabel(f"|difference in loss| (exact: {floor:g})")
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    right.set_yscale("log")
+    right.set_ylim(floor / 2, 1)
+    fig.tight_layout()
+    return fig
+
+
+def restart_match(uninterrupted: list, restarted: list, from_step: int,
+                  floor: float = 1e-9):
+    """Left: the loss per step of an uninterrupted run and of a run restarted from the
+    checkpoint of `from_step` (dotted line). Right: their distance per step (log scale; an
+    exact match is drawn at `floor`)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    steps = range(1, len(uninterrupted) + 1)
+    left.plot(steps, uninterrupted, "-", lw=3, alpha=0.5, label="uninterrupted")
+    left.plot(range(1, len(restarted) + 1), restarted, "k--", label="killed, restarted")
+    right.plot(steps, _gaps(restarted, uninterrupted, floor), "k-",
+               label="restarted vs uninterrupted")
+    left.set_ylabel("training loss (global batch)")
+    right.set_ylabel(f"|difference in loss| (exact: {floor:g})")
+    for ax in (left, right):
+        ax.axvline(from_step, color="#999999", lw=0.8, ls=":")
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    right.set_yscale("log")
+    right.set_ylim(floor / 2, 1)
+    fig.tight_layout()
+    return fig
