@@ -74,6 +74,12 @@ TEMPLATE = """{%- extends 'index.html.j2' -%}
 </main>
 </body>
 {% endblock body_footer %}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+alt="{{ cell.metadata.get('alt', '') | escape_html }}">
+</div>
+{%- endblock data_png %}
 """
 
 
