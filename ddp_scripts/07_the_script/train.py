@@ -67,6 +67,10 @@ def setup():
     """Join the job torchrun started; one device per process."""
     local_rank = int(os.environ["LOCAL_RANK"])
     timeout = datetime.timedelta(minutes=10)  # how long a collective waits for a rank
+    # DDP's constructor imports torch._dynamo; imported after the group exists, it keeps the
+    # group alive past destroy_process_group, and a rank can abort at exit (torch 2.13,
+    # lesson 13). Imported first, it does not.
+    import torch._dynamo  # noqa: F401
     if torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
             raise SystemExit(f"local rank {local_rank}, but {torch.cuda.device_count()} "
