@@ -718,6 +718,20 @@ def _gaps(a: list, b: list, floor: float) -> list:
     return [max(abs(x - y), floor) for x, y in zip(a, b)]
 
 
+def _loss_and_gap(fig, left, right, floor: float):
+    """The axes of a loss panel (left) and a log-scale distance panel (right)."""
+    left.set_ylabel("training loss (global batch)")
+    right.set_ylabel(f"|difference in loss| (exact: {floor:g})")
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    right.set_yscale("log")
+    right.set_ylim(floor / 2, 1)
+    fig.tight_layout()
+    return fig
+
+
 def same_training(losses: dict, floor: float = 1e-9):
     """Left: the training loss per step at each world size ({ranks: [loss per step]}).
     Right: each world size's distance from one process's loss, per step (log scale; an
@@ -729,16 +743,7 @@ def same_training(losses: dict, floor: float = 1e-9):
         left.plot(steps, curve, style, label=f"{ranks} rank(s)")
         if ranks != min(losses):
             right.plot(steps, _gaps(curve, one, floor), style, label=f"{ranks} ranks vs 1")
-    left.set_ylabel("training loss (global batch)")
-    right.set_ylabel(f"|difference in loss| (exact: {floor:g})")
-    for ax in (left, right):
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    right.set_yscale("log")
-    right.set_ylim(floor / 2, 1)
-    fig.tight_layout()
-    return fig
+    return _loss_and_gap(fig, left, right, floor)
 
 
 def restart_match(uninterrupted: list, restarted: list, from_step: int,
@@ -752,14 +757,6 @@ def restart_match(uninterrupted: list, restarted: list, from_step: int,
     left.plot(range(1, len(restarted) + 1), restarted, "k--", label="killed, restarted")
     right.plot(steps, _gaps(restarted, uninterrupted, floor), "k-",
                label="restarted vs uninterrupted")
-    left.set_ylabel("training loss (global batch)")
-    right.set_ylabel(f"|difference in loss| (exact: {floor:g})")
     for ax in (left, right):
         ax.axvline(from_step, color="#999999", lw=0.8, ls=":")
-        ax.set_xlabel("step")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    right.set_yscale("log")
-    right.set_ylim(floor / 2, 1)
-    fig.tight_layout()
-    return fig
+    return _loss_and_gap(fig, left, right, floor)
