@@ -136,9 +136,9 @@ def markdown(link_prefix: str = "") -> str:
         for i, r in enumerate(r for r in found if r["group"] == group):
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
-    lines += ["", "Files are numbered in this order: the core path from 00, each topic part in "
-              "its own tens. Reading: main text and code at 200 words a minute, no deep dives "
-              "or exercises. Run: seconds on 2 CPU cores (`make bench`)."]
+    lines += ["", "Files are numbered in this order, each topic part in its own tens. Reading: "
+              "text and code at 200 words a minute, without deep dives or exercises. Run: "
+              "seconds on 2 CPU cores (`make bench`)."]
     return "\n".join(lines)
 
 

@@ -124,7 +124,7 @@ LESSONS = [
            "reduction and exact evaluation, graded on tied, frozen and unused parameters",
            budget_s=60.0),
     Lesson("07_the_script", CORE,
-           "the script to copy: every piece in plain PyTorch, proven",
+           "every piece in one plain PyTorch file, proven",
            "One DDP training script in plain PyTorch to start your own from, proven to train the "
            "same model at 1 to 4 ranks and to resume bit for bit after a rank dies.",
            "a DDP training script in plain PyTorch (no course helpers): `DistributedSampler` with "
@@ -199,7 +199,7 @@ LESSONS = [
            world_sizes={3: "uneven inputs and Join",
                        4: "stragglers and uneven inputs among four ranks, Join with three done"}),
     Lesson("22_checkpoints_survive", "When a job fails, hangs or crawls",
-           "checkpoints that survive workers, crashes and resharding",
+           "checkpoints that survive crashes",
            "Checkpoints that survive: DataLoader workers' seeds, a crash while saving, "
            "weights_only, sharded checkpoints loaded into another number of ranks.",
            "DataLoader workers' seeds made exact (and the workers started from a forkserver "
@@ -229,7 +229,7 @@ LESSONS = [
            "restart, `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`) and the torch versions that need "
            "them; exercise: the fix, written in a script the check launches with a restart"),
     Lesson("25_debugging", "When a job fails, hangs or crawls",
-           "a hung job: find the rank, the line and the collective",
+           "a hung job: which rank, where",
            "Three hangs provoked and diagnosed: the flight recorder, torchfrtrace, py-spy stacks, "
            "TORCH_DISTRIBUTED_DEBUG=DETAIL and a breakpoint on one rank.",
            "three common hangs provoked and ended by a short collective timeout (a metric reduced "
@@ -255,7 +255,7 @@ LESSONS = [
            "a script the check launches",
            world_sizes={3: "ZeRO's and FSDP2's shards"}),
     Lesson("31_pipeline_ddp", "Bigger models and real clusters",
-           "a model split over processes, with DDP",
+           "a model split over processes",
            "A network split into two stages, each replicated with DDP over its own group, equal to "
            "one process; RPC and its status; logging to TensorBoard.",
            "a network split into two stages exchanging activations and gradients with `send` / "
@@ -298,7 +298,7 @@ LESSONS = [
            "parallelism stops scaling; exercises: the ring step's latency and bandwidth for any "
            "world size, and the largest world that still hides its all-reduce"),
     Lesson("34_slow_link", "Bigger models and real clusters",
-           "a slow link between hosts, and the hooks that win it back",
+           "a slow link between hosts",
            "Lesson 32's two hosts on a link limited to 100 Mbit/s with tc: the step time predicted "
            "from the bytes on the wire, then fp16 and PowerSGD win it back (needs root).",
            "lesson 32's two hosts with their link limited by `tc`'s token bucket (TBF) to 100 "
