@@ -40,17 +40,21 @@ def test_the_first_lesson_reads_in_ten_minutes():
 def test_reading_minutes_count_the_main_path_once():
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook(cells=[md("word " * 400)])
-    assert course_map.reading_minutes(nb) == 2
+    assert course_map.reading_minutes(nb) == 2  # prose: 200 words a minute
     nb.cells.append(md("<details><summary>more</summary>\n\n" + "word " * 4000 + "</details>"))
     assert course_map.reading_minutes(nb) == 2  # a deep dive is not on the main path
     script = "\n".join(f"x{i} = {i}" for i in range(200))  # 400 words
     nb.cells.append(code(script))
-    assert course_map.reading_minutes(nb) == 4
+    assert course_map.reading_minutes(nb) == 6  # code: 100 words a minute
     nb.cells.append(code(script))
-    assert course_map.reading_minutes(nb) == 4  # shown again: read once
+    assert course_map.reading_minutes(nb) == 6  # shown again: read once
+    plumbing = code("\n".join(f"z{i} = {i}" for i in range(500)))
+    plumbing.metadata["jupyter"] = {"source_hidden": True}
+    nb.cells.append(plumbing)
+    assert course_map.reading_minutes(nb) == 6  # folded code is not on the main path
     nb.cells.append(md("## Exercises\n\n" + "word " * 1000))
     nb.cells.append(code("\n".join(f"y{i} = {i}" for i in range(500))))
-    assert course_map.reading_minutes(nb) == 4  # exercises are work, not reading
+    assert course_map.reading_minutes(nb) == 6  # exercises are work, not reading
 
 
 def test_the_readme_figures_are_counted_from_the_notebooks():

@@ -91,8 +91,9 @@ def test_a_launch_past_its_timeout_is_killed_with_its_ranks(tmp_path):
 
 
 def test_two_ranks_share_one_gpu_over_gloo(monkeypatch):
-    """With 2 local ranks and 1 GPU, local rank 1 gets cuda:0 and CUDA's default backend
-    becomes Gloo (faked here: no GPU on the CPU build)."""
+    """With 2 local ranks and 1 GPU, local rank 1 gets cuda:0 (from pick_device, and as
+    LOCAL_RANK for a plain script) and CUDA's default backend becomes Gloo (faked here: no
+    GPU on the CPU build)."""
     import ddp_common
 
     monkeypatch.setattr(ddp_common, "pick_device", ddp_common.pick_device)  # restored after
@@ -104,6 +105,7 @@ def test_two_ranks_share_one_gpu_over_gloo(monkeypatch):
     monkeypatch.setitem(os.environ, "LOCAL_WORLD_SIZE", "2")
     monkeypatch.setitem(os.environ, "LOCAL_RANK", "1")
     assert gpu_rank.share_gpus()
+    assert os.environ["LOCAL_RANK"] == "0"  # a plain script's cuda:LOCAL_RANK is cuda:0
     assert ddp_common.pick_device("auto") == torch.device("cuda", 0) == picked[0]
     assert ddp_common.pick_device("cpu") == torch.device("cpu")
     assert dist.get_default_backend_for_device(torch.device("cuda", 0)) == "gloo"

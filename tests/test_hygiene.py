@@ -166,10 +166,10 @@ def test_links_and_images_resolve_and_images_have_alt_text(path):
                     assert text == ALT_TEXT[name], f"alt text of {name} differs from diagrams.py"
 
 
-# Scripts that are one plain process on purpose: the baselines before DDP (lessons 00, 06),
+# Scripts that are one plain process on purpose: the baselines before DDP (lessons 00, 40),
 # and the capstone's model and data, each of which shows what it holds when run on its own.
-ONE_PROCESS_SCRIPTS = {"00_ddp_in_ten_minutes/train_plain.py", "06_capstone_gpt/gpt_plain.py",
-                       "06_capstone_gpt/gpt.py", "06_capstone_gpt/gpt_data.py"}
+ONE_PROCESS_SCRIPTS = {"00_ddp_in_ten_minutes/train_plain.py", "40_capstone_gpt/gpt_plain.py",
+                       "40_capstone_gpt/gpt.py", "40_capstone_gpt/gpt_data.py"}
 
 
 def needs_torchrun(script: Path) -> bool:

@@ -60,7 +60,7 @@ WRONG = {
         r"rank 0 trained on 3072 samples; with 2 ranks each should take 1/2 of the plain "
         r"run's 3072 \(DistributedSampler\)"),
     "the whole batch on every rank": (
-        {"batch_size=args.batch // world.world_size": "batch_size=args.batch"},
+        {"batch_size=args.batch // world_size": "batch_size=args.batch"},
         r"the weights differ from the plain run's by up to .*keep the global batch"),
     "no set_epoch": (
         {"        sampler.set_epoch(epoch)\n": "        pass\n"},

@@ -20,7 +20,7 @@
 Budgets (on 2 CPU cores): a warm 2-rank launch with a DDP model at most 0.6x the bare
 import; a lesson under 20 s (lesson 32, which sets up two hosts and Slurm, and lesson
 16, which sets up two hosts and slows their link, under 45 s with their set-up; the
-capstone, lesson 06, under 60 s); the whole course under 4 minutes and at most 1.5x its
+capstone, lesson 40, under 60 s); the whole course under 4 minutes and at most 1.5x its
 floor; `make test` under 20 minutes (timed by CI, not here). Lesson 32's set-up and
 teardown are also timed on their own. Printed, not asserted: wall times depend on the
 machine and its load. Each lesson's launches are counted warm and cold (a launch that

@@ -299,7 +299,7 @@ ALT_TEXT["gpipe_schedule.png"] = (
 
 
 def global_batch(ranks: int = 2, accumulate: int = 2, micro: int = 6):
-    """The capstone's step (lesson 06): the global batch dealt out to the ranks, each rank's
+    """The capstone's step (lesson 40): the global batch dealt out to the ranks, each rank's
     share cut into micro-batches; backward under no_sync for all but the last, whose
     backward exchanges the gradients; then the same clipped step everywhere."""
     fig, ax = plt.subplots(figsize=(10, 1.5 + 1.35 * ranks))

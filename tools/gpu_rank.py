@@ -4,7 +4,8 @@ ARGS` would, then writes what the rank used: its backend and the CUDA memory it 
     torchrun --standalone --nproc-per-node=2 -m tools.gpu_rank SCRIPT ARGS...
 
 With more ranks on this node than visible GPUs (the check's 2 ranks on one GPU), the ranks
-share the GPUs: `ddp_common.pick_device` gives local rank k the GPU k mod GPUs, and a group
+share the GPUs: `ddp_common.pick_device` gives local rank k the GPU k mod GPUs (and a plain
+script, which reads LOCAL_RANK itself, sees k mod GPUs there), and a group
 asked for NCCL (or for the default backend of a CUDA device) gets Gloo, which moves CUDA
 tensors through the host; NCCL refuses two ranks on one GPU. Nothing of this changes the
 script: it is the course's own file, run unchanged.
@@ -46,6 +47,9 @@ def share_gpus() -> bool:
     default_backend = dist.get_default_backend_for_device
     ddp_common.pick_device = shared_device
     dist.get_default_backend_for_device = no_nccl
+    # A plain script (lessons 00 and 06) takes cuda:LOCAL_RANK itself: give it the GPU
+    # number that pick_device gives. The group is joined by RANK, not LOCAL_RANK.
+    os.environ["LOCAL_RANK"] = str(int(os.environ["LOCAL_RANK"]) % visible)
     return True
 
 

@@ -3,9 +3,10 @@ each under the question that sends a learner to it.
 
 A lesson's number is its place: the core path is 00 to 09, and each part of the topics has
 its own tens (10-19 how DDP works inside, 20-29 when a job fails, 30-39 bigger models and
-clusters), so that the files sort in reading order and a new lesson fits into its part
-without renumbering the others. Its scripts live in ddp_scripts/<stem>/; the modules other
-lessons' scripts import, in ddp_scripts/shared/ (importable everywhere in .venv).
+clusters, 40-49 practice on a whole model), so that the files sort in reading order and a
+new lesson fits into its part without renumbering the others. Its scripts live in
+ddp_scripts/<stem>/; the modules other lessons' scripts import, in ddp_scripts/shared/
+(importable everywhere in .venv).
 
 Everything else that lists lessons is made from this list or tested against it: the course
 map (README, lesson 00, the site's index), the site's descriptions and its previous / next
@@ -109,21 +110,7 @@ LESSONS = [
            "exercise: accumulation over micro-batches of unequal sizes in a script the check "
            "launches",
            world_sizes={3: "the global batch of gradient accumulation"}),
-    Lesson("06_capstone_gpt", CORE,
-           "a small GPT on real text, every piece in one loop",
-           "A small GPT trained on Python's own documentation with DDP: the global batch, a loss "
-           "per token, exact evaluation, a lost rank, and FSDP2, each checked against one process.",
-           "a 110,784-parameter GPT (tied embedding) on Python's own documentation (`pydoc_data`, "
-           "nothing downloaded), trained in one process, then with DDP (global batch = micro-batch "
-           "× accumulation × world size, `no_sync`, bf16 autocast, clipping, warm-up and cosine), "
-           "its loss curves held to one process at 2, 3 and 4 ranks; the loss divided once by the "
-           "step's tokens against the mean of the ranks' means; exact evaluation (sums and counts) "
-           "against a padding sampler; rank 0 evaluating through the wrapper timing out (a buffer "
-           "broadcast), and the fix; a rank killed, the job restarted and resumed exactly; "
-           "throughput and generated text; FSDP2 as a diff; exercises: the token-weighted gradient "
-           "reduction and exact evaluation, graded on tied, frozen and unused parameters",
-           budget_s=60.0),
-    Lesson("07_the_script", CORE,
+    Lesson("06_the_script", CORE,
            "every piece in one plain PyTorch file, proven",
            "One DDP training script in plain PyTorch to start your own from, proven to train the "
            "same model at 1 to 4 ranks and to resume bit for bit after a rank dies.",
@@ -309,6 +296,20 @@ LESSONS = [
            "all-reduce's seconds on `p` hosts at a given rate, and the bytes PowerSGD sends for a "
            "model's shapes at a given matrix rank",
            budget_s=45.0),
+    Lesson("40_capstone_gpt", "Practice on a whole model",
+           "every piece on a small GPT: per-token loss, exact evaluation, FSDP2",
+           "A small GPT trained on Python's own documentation with DDP: the global batch, a loss "
+           "per token, exact evaluation, a lost rank, and FSDP2, each checked against one process.",
+           "a 110,784-parameter GPT (tied embedding) on Python's own documentation (`pydoc_data`, "
+           "nothing downloaded), trained in one process, then with DDP (global batch = micro-batch "
+           "× accumulation × world size, `no_sync`, bf16 autocast, clipping, warm-up and cosine), "
+           "its loss curves held to one process at 2, 3 and 4 ranks; the loss divided once by the "
+           "step's tokens against the mean of the ranks' means; exact evaluation (sums and counts) "
+           "against a padding sampler; rank 0 evaluating through the wrapper timing out (a buffer "
+           "broadcast), and the fix; a rank killed, the job restarted and resumed exactly; "
+           "throughput and generated text; FSDP2 as a diff; exercises: the token-weighted gradient "
+           "reduction and exact evaluation, graded on tied, frozen and unused parameters",
+           budget_s=60.0),
 ]
 
 

@@ -541,7 +541,7 @@ def cut_files(cuts: list):
 
 
 def gpt_curves(curves: dict, speeds: dict | None = None, baseline: str | None = None):
-    """The capstone's runs (lesson 06): training loss per step, one line per run
+    """The capstone's runs (lesson 40): training loss per step, one line per run
     ({label: losses}); and, when given, tokens trained per second ({label: tokens/s}),
     each bar labelled with its speed-up over `baseline`."""
     if speeds:
@@ -572,7 +572,7 @@ def gpt_curves(curves: dict, speeds: dict | None = None, baseline: str | None = 
 
 
 def window_lengths(lengths: list, context: int):
-    """How many characters the capstone's training windows hold (lesson 06): a bar per
+    """How many characters the capstone's training windows hold (lesson 40): a bar per
     length, the full windows at `context` + 1 on the right."""
     fig, ax = plt.subplots(figsize=(8, 2.8))
     counts = [lengths.count(n) for n in range(context + 2)]

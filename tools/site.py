@@ -37,6 +37,8 @@ CSS = """
 .ddp-prevnext a { color: #1a4d8f; text-decoration: none; }
 .ddp-prevnext a:hover { text-decoration: underline; }
 .ddp-prevnext .ddp-next { margin-left: auto; text-align: right; }
+.ddp-folded > summary { cursor: pointer; font-family: system-ui, sans-serif; font-size: 14px;
+  color: #1a4d8f; padding: .3em 0; }
 @media (min-width: 60em) {
   .ddp-nav { position: fixed; top: 0; left: 0; bottom: 0; width: 15em; overflow-y: auto;
     border-bottom: none; border-right: 1px solid #d8dbe0; box-sizing: border-box; }
@@ -74,6 +76,16 @@ TEMPLATE = """{%- extends 'index.html.j2' -%}
 </main>
 </body>
 {% endblock body_footer %}
+{% block input_group -%}
+{%- if cell.metadata.get('jupyter', {}).get('source_hidden') -%}
+<details class="ddp-folded">
+<summary>{{ cell.metadata.get('folded', 'The code') | escape_html }}</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock input_group %}
 {% block data_png scoped %}
 <div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
 <img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"

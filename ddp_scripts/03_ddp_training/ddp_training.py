@@ -26,7 +26,7 @@ def main():
     parser.add_argument("--alone", action="store_true",
                         help="then rank 0 trains the same model again, on its own")
     args = parser.parse_args()
-    world = setup(args.device, ddp=True)  # ddp=True: lesson 13, "A clean exit"
+    world = setup(args.device, ddp=True)  # ddp=True: it builds a DDP model (lesson 02 says why)
     if args.batch % world.world_size:
         teardown()
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world.world_size}")

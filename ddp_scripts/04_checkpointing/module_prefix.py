@@ -23,7 +23,7 @@ def main():
     ddp = DDP(make_model().to(world.device),
               device_ids=[world.device.index] if world.device.type == "cuda" else None)
     wrapped, inner = ddp.state_dict(), ddp.module.state_dict()
-    del ddp  # the DDP model goes before the group does (lesson 13)
+    del ddp  # the DDP model goes before the group does (lesson 02 says why)
     plain = make_model()
     try:
         plain.load_state_dict(wrapped)

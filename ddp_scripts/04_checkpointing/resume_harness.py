@@ -1,4 +1,4 @@
-"""Lesson 04, exercise 4: the DDP training run that ddp_scripts/04_checkpointing/resume_exercise.py
+"""Lesson 04, exercise 3: the DDP training run that ddp_scripts/04_checkpointing/resume_exercise.py
 checkpoints and resumes. Not a script of its own: the exercise calls run_exercise() with
 its save_checkpoint and load_checkpoint, and gets back what went wrong, if anything.
 

@@ -29,7 +29,7 @@ def data(rank, device, n, width=16):
 
 
 def count_allreduces(model):
-    """A communication hook (lesson 13) that counts the buckets DDP all-reduces."""
+    """A communication hook that counts the buckets DDP all-reduces (lesson 13 has more)."""
     counter = {"allreduces": 0}
 
     def hook(state, bucket):
@@ -75,7 +75,7 @@ def main():
     parser.add_argument("--micro-steps", type=int, default=4,
                         help="micro-batches accumulated into one optimizer step")
     args = parser.parse_args()
-    world = setup(args.device, ddp=True)  # ddp=True: lesson 13, "A clean exit"
+    world = setup(args.device, ddp=True)  # ddp=True: it builds a DDP model (lesson 02 says why)
     found = accumulation(world.rank, world.device, args.micro_steps)
     report(args.out, found, micro_steps=args.micro_steps)
     teardown()

@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--timing-steps", type=int, default=10,
                         help="steps per timed block (3 blocks) for each setting")
     args = parser.parse_args()
-    world = setup(args.device, ddp=True)  # ddp=True: lesson 13, "A clean exit"
+    world = setup(args.device, ddp=True)  # ddp=True: it builds a DDP model (lesson 02 says why)
     rank, device, steps = world.rank, world.device, args.timing_steps
     settings = {"plain": {}, "find_unused_parameters": {"find_unused_parameters": True},
                 "static_graph": {"static_graph": True}}

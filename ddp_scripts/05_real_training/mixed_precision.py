@@ -70,7 +70,7 @@ def fp16(x, y, device, steps=4):
 @record
 def main():
     args = arguments(__doc__).parse_args()  # --device, --out (lesson 02)
-    world = setup(args.device, ddp=True)  # ddp=True: lesson 13, "A clean exit"
+    world = setup(args.device, ddp=True)  # ddp=True: it builds a DDP model (lesson 02 says why)
     g = torch.Generator().manual_seed(world.rank)  # this rank's own batch
     x = torch.randn(8, 16, generator=g).to(world.device)
     y = torch.randint(2, (8,), generator=g).to(world.device)

@@ -87,7 +87,7 @@ def fixed(rank, world_size, device, **ddp_kwargs):
 @record
 def main():
     args = arguments(__doc__).parse_args()  # --device, --out (lesson 02)
-    world = setup(args.device, ddp=True)  # ddp=True: lesson 13, "A clean exit"
+    world = setup(args.device, ddp=True)  # ddp=True: it builds a DDP model (lesson 02 says why)
     rank, device = world.rank, world.device
     found = {"plain": skipped_branch(rank, device)}
     dist.set_debug_level(dist.DebugLevel.INFO)  # what TORCH_DISTRIBUTED_DEBUG=INFO sets

@@ -136,7 +136,7 @@ def main():
         run = Run(args, world.rank, world.device)
         run.train_until(args.stop_at, save_at=(args.stop_at,),
                         save=lambda run: save_checkpoint(run, folder))
-        del run  # the DDP model goes before the group does (lesson 13)
+        del run  # the DDP model goes before the group does (lesson 02 says why)
         path = folder / f"step-{args.stop_at:06d}.pt"
         saved = load(path, world.device)  # every rank reads it, onto its own device
         size = path.stat().st_size

@@ -62,7 +62,7 @@ def evaluate(model, test, rank, world_size, device):
 
 
 def train(rank, world_size, device, args, is_rank0):
-    """The training loop; the DDP model is gone when this returns (lesson 13)."""
+    """The training loop; the DDP model is gone when this returns (lesson 02 says why)."""
     train_set, test_set = load_data(args.seed)
     model = make_model(args.seed).to(device)
     model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -32,7 +32,7 @@ def options(doc):
 
 
 def make_model(one_tensor=False):
-    if one_tensor:  # DDP has only one way to lay this out in its bucket
+    if one_tensor:  # one tensor: one way to lay it out in DDP's buckets
         return nn.Sequential(nn.Dropout(0.2), nn.Linear(8, 3, bias=False))
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 3))
 
@@ -65,7 +65,7 @@ def run_length(args):
 
 def epoch_seed(seed, rank, epoch):
     """A seed for this rank's loader in this epoch: its workers' seeds then follow from
-    (seed, rank, epoch), however the run got to this epoch (section 5)."""
+    (seed, rank, epoch), however the run got to this epoch (lesson 22, section 5)."""
     return int(np.random.SeedSequence([seed, rank, epoch]).generate_state(1, np.uint64)[0])
 
 def loader_draws(args):
@@ -97,12 +97,12 @@ class Run:
             self.optimizer, step_size=len(self.loader), gamma=0.5)
         self.step = 0  # optimizer steps done so far
         self.lrs, self.losses = [], []  # each step's rate, and this rank's loss
-        self.loader_seeds = {}  # epoch -> the base seed of its workers (section 5)
+        self.loader_seeds = {}  # epoch -> the base seed of its workers (lesson 22)
 
     def train_until(self, last_step, save_at=(), save=None, resume_epoch=None,
                     resume_skip=None):
         """Train until `last_step` steps are done, calling save(self) after each step in
-        `save_at`; resume_epoch, resume_skip: a wrong position (section 3)."""
+        `save_at`; resume_epoch, resume_skip: a wrong position (section 4)."""
         per_epoch, first = len(self.loader), True
         while self.step < last_step:
             epoch, skip = divmod(self.step, per_epoch)
@@ -148,7 +148,7 @@ def main():
     run = Run(args, world.rank, world.device)
     run.train_until(steps)
     mine = {"losses": run.losses, "lrs": run.lrs, "weights": run.weights().tolist()}
-    del run  # the DDP model goes before the group does (lesson 13)
+    del run  # the DDP model goes before the group does (lesson 02 says why)
     report(args.out, mine, steps=steps, steps_per_epoch=per_epoch, stop_at=args.stop_at,
            loader_draws=draws)
     teardown()

@@ -1,4 +1,4 @@
-"""Lesson 06 (capstone): what runs a learner's answers to the two exercises, on the
+"""Lesson 40 (capstone): what runs a learner's answers to the two exercises, on the
 lesson's GPT (its embedding tied to its output layer) or on a variant, and compares them
 with one process. The exercises' scripts import it; on its own it does nothing.
 

@@ -1,7 +1,7 @@
-"""Lesson 06 (capstone): the model, a small decoder-only transformer. Run on its own, it
+"""Lesson 40 (capstone): the model, a small decoder-only transformer. Run on its own, it
 counts the parameters and checks that a prediction sees only the past:
 
-    python ddp_scripts/06_capstone_gpt/gpt.py
+    python ddp_scripts/40_capstone_gpt/gpt.py
 """
 
 import argparse

@@ -1,8 +1,8 @@
-"""Lesson 06 (capstone): two reductions that are wrong without any error, each beside its
+"""Lesson 40 (capstone): two reductions that are wrong without any error, each beside its
 fix and beside one process (part 5): a padded batch's loss averaged per rank, and an
 evaluation through a padding sampler. On the weights of a trained model.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/pitfalls.py --weights FILE
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/pitfalls.py --weights FILE
 """
 
 import sys

@@ -1,8 +1,8 @@
-"""Exercise 2 (lesson 06, capstone): the validation loss in nats per character over all
+"""Exercise 2 (lesson 40, capstone): the validation loss in nats per character over all
 `windows`, on every rank, every window counted once whatever the number of ranks: what
 one process gets. The check launches it and compares.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/eval_exercise.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/eval_exercise.py
 """
 
 import torch

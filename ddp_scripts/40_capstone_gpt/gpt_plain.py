@@ -1,6 +1,6 @@
-"""Lesson 06 (capstone): a small GPT trained on Python's documentation, one process.
+"""Lesson 40 (capstone): a small GPT trained on Python's documentation, one process.
 
-    python ddp_scripts/06_capstone_gpt/gpt_plain.py
+    python ddp_scripts/40_capstone_gpt/gpt_plain.py
 """
 
 import torch

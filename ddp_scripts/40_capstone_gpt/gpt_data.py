@@ -1,7 +1,7 @@
-"""Lesson 06 (capstone): the text the GPT learns, cut into windows of one paragraph.
+"""Lesson 40 (capstone): the text the GPT learns, cut into windows of one paragraph.
 Run on its own, it prints (and with --out writes) what the data holds:
 
-    python ddp_scripts/06_capstone_gpt/gpt_data.py
+    python ddp_scripts/40_capstone_gpt/gpt_data.py
 """
 
 import argparse

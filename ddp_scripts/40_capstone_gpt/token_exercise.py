@@ -1,8 +1,8 @@
-"""Exercise 1 (lesson 06, capstone): every rank has run backward on the *sum* of its
+"""Exercise 1 (lesson 40, capstone): every rank has run backward on the *sum* of its
 tokens' losses. Make every gradient the mean over all the tokens of all ranks, what one
 process gets from the whole batch. The check launches it and compares.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/token_exercise.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/token_exercise.py
 """
 
 import torch.distributed as dist

@@ -1,7 +1,7 @@
-"""Lesson 06 (capstone): the small GPT trained with FSDP2 (fully_shard): gpt_ddp.py with
+"""Lesson 40 (capstone): the small GPT trained with FSDP2 (fully_shard): gpt_ddp.py with
 the lines marked FSDP2 changed.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/gpt_fsdp.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/gpt_fsdp.py
 """
 
 import os  # NEW

@@ -1,4 +1,4 @@
-"""Lesson 06 (capstone): its claims at the world sizes the lesson does not run, the fix it
+"""Lesson 40 (capstone): its claims at the world sizes the lesson does not run, the fix it
 states for the evaluation trap, and an answer its first check must reject. The lesson
 itself, with its exercises' proofs, runs in test_notebooks.py at 2 ranks."""
 
@@ -12,7 +12,7 @@ TOLERANCE = 0.03  # the lesson's, for the loss curves (bf16); 0.004 to 0.010 at 
 
 @pytest.fixture(scope="module")
 def one_process():
-    run = launch("ddp_scripts/06_capstone_gpt/gpt_plain.py", "--steps", STEPS, nproc=None, out=True,
+    run = launch("ddp_scripts/40_capstone_gpt/gpt_plain.py", "--steps", STEPS, nproc=None, out=True,
                  timeout=120, echo=False)
     return run.data["ranks"][0]["losses"]
 
@@ -20,7 +20,7 @@ def one_process():
 # 24 windows a step: 4 x 2 micro-batches x 3 ranks, 3 x 2 x 4 ranks
 @pytest.mark.parametrize("world_size, micro", [(3, 4), (4, 3)])
 def test_ddp_follows_the_one_process_curve(world_size, micro, one_process):
-    run = launch("ddp_scripts/06_capstone_gpt/gpt_ddp.py", "--steps", STEPS, "--micro", micro,
+    run = launch("ddp_scripts/40_capstone_gpt/gpt_ddp.py", "--steps", STEPS, "--micro", micro,
                  nproc=world_size, out=True, timeout=120, echo=False,
                  env=cpu_unless_enough_gpus(world_size))
     ranks = run.data["ranks"]
@@ -31,7 +31,7 @@ def test_ddp_follows_the_one_process_curve(world_size, micro, one_process):
 
 
 def test_the_stated_fix_evaluates_alone_without_a_hang():
-    run = launch("ddp_scripts/06_capstone_gpt/eval_trap.py", "--timeout", 4, "--fix", nproc=2,
+    run = launch("ddp_scripts/40_capstone_gpt/eval_trap.py", "--timeout", 4, "--fix", nproc=2,
                  timeout=60,
                  echo=False)
     assert "buffers: 1, the ranks went on together" in run.output
@@ -41,7 +41,7 @@ def test_a_reduction_that_handles_the_tied_weight_twice_is_caught(scripts_dir):
     """Exercise 1's check runs on the tied GPT: walking the modules reaches the shared
     tensor twice (as the embedding's weight and the output layer's), so it is all-reduced
     and divided twice, and its gradient is off."""
-    source = (REPO / "ddp_scripts" / "06_capstone_gpt/token_exercise.py").read_text()
+    source = (REPO / "ddp_scripts" / "40_capstone_gpt/token_exercise.py").read_text()
     twice = source.replace(
         "for p in model.parameters():",
         "for p in (q for m in model.modules() for q in m.parameters(recurse=False)):")

@@ -1,6 +1,6 @@
-"""Lesson 06 (capstone): the small GPT trained with DDP; the new lines are marked.
+"""Lesson 40 (capstone): the small GPT trained with DDP; the new lines are marked.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/gpt_ddp.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/gpt_ddp.py
 """
 
 import os  # NEW

@@ -1,4 +1,4 @@
-"""Lesson 06 (capstone): what the training scripts share besides the data and the model:
+"""Lesson 40 (capstone): what the training scripts share besides the data and the model:
 the loss, the learning-rate schedule, the text the model writes, and the options."""
 
 import argparse

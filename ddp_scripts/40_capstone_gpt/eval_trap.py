@@ -1,9 +1,9 @@
-"""Lesson 06 (capstone), part 6: rank 0 evaluates alone, through the DDP wrapper, while
+"""Lesson 40 (capstone), part 6: rank 0 evaluates alone, through the DDP wrapper, while
 the other ranks go on to their next collective. First with the lesson's GPT, then with
 the same GPT holding a buffer: a causal mask registered on the model, as nanoGPT does
 when it cannot use fused attention. --fix evaluates model.module instead.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/06_capstone_gpt/eval_trap.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/40_capstone_gpt/eval_trap.py
 """
 
 import torch
