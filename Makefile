@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORLD_SIZE ?= 2
 
-.PHONY: course test lab bench student grade images gpu-check venv chromium cluster clean
+.PHONY: course test soak lab bench student grade images gpu-check venv chromium cluster clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ test: $(VENV)/.installed-test chromium cluster  ## the whole test suite
 
 lab: venv  ## JupyterLab on the lessons (--allow-root added when run as root, e.g. in a container)
 	$(VENV)/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks
+
+soak: $(VENV)/.installed-test cluster  ## the course 3 times (COURSES=N), then the launch-heavy tests, with every core kept busy
+	$(PY) -m tools.course_soak --courses $(or $(COURSES),3) --tests
 
 bench: venv  ## launch cost and per-lesson seconds against the budgets
 	$(PY) -m tools.bench

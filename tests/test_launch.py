@@ -328,3 +328,21 @@ def test_the_warm_server_leaves_with_the_process_that_started_it(tmp_path):
     while (alive(pid) or os.path.exists(folder)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(pid) and not os.path.exists(folder)
+
+
+def test_one_setting_gives_every_launch_more_time(tmp_path, monkeypatch):
+    """DDP_COURSE_TIMEOUT_SCALE=10: a run of about 2 s under a written timeout of 1 s ends
+    well (10 s); unset, the same launch is killed at 1 s and the message names the setting;
+    a value that is not a factor of 1 or more is refused with what to write."""
+    script = tmp_path / "two_seconds.py"
+    script.write_text('import time\nif __name__ == "__main__":\n    time.sleep(2)\n'
+                      '    print("done")\n')
+    monkeypatch.setenv("DDP_COURSE_TIMEOUT_SCALE", "10")
+    assert launch(str(script), nproc=None, timeout=1, echo=False).ok
+    monkeypatch.delenv("DDP_COURSE_TIMEOUT_SCALE")
+    with pytest.raises(LaunchTimeout, match="DDP_COURSE_TIMEOUT_SCALE=2"):
+        launch(str(script), nproc=None, timeout=1, echo=False)
+    for wrong in ("fast", "0.5"):
+        monkeypatch.setenv("DDP_COURSE_TIMEOUT_SCALE", wrong)
+        with pytest.raises(ValueError, match="DDP_COURSE_TIMEOUT_SCALE"):
+            launch(str(script), nproc=None, timeout=1, echo=False)

@@ -273,3 +273,18 @@ def test_a_warm_kernel_sees_what_a_cold_one_sees(tmp_path, workspace, monkeypatc
         probed["environ"].pop(zygote.OFF, None)
         probed["argv"][2] = os.path.basename(probed["argv"][2])  # each run's own folder
     assert warm == cold, {k: (warm[k], cold[k]) for k in warm if warm[k] != cold[k]}
+
+
+def test_pdbs_prompt_is_compared_wherever_it_landed():
+    """pdb's prompt has no newline: a cold run printed `(Pdb) > file(3)main()` where a warm
+    one printed the prompt on a line of its own (CI, 2026-11-29); both read alike."""
+    from tools.compare_launches import shape
+
+    def run(output):
+        return shape({"output": output, "command": "torchrun x.py", "returncode": 0,
+                      "timed_out": False, "data": None})
+
+    assert run("[default0]:(Pdb) > /tmp/a.py(3)main()\n") == run(
+        "[default0]:(Pdb) \n[default0]:> /tmp/a.py(3)main()\n")
+    assert run("[default0]:(Pdb) [default1]:rank 1 waits\n") == run(
+        "[default1]:rank 1 waits\n[default0]:(Pdb) \n")

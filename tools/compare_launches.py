@@ -82,8 +82,10 @@ def shape(launch: dict) -> dict:
     """What of a launch does not depend on timing."""
     ranks: dict[str, list[str]] = {}
     others = []
-    # pdb's prompt ends without a newline: what comes next joins its line, or not
-    for line in launch["output"].replace("(Pdb) [", "(Pdb) \n[").splitlines():
+    # pdb's prompt ends without a newline, so where it lands depends on timing: the next
+    # line of the rank (`(Pdb) > file(3)main()`), another rank's (`(Pdb) [default1]:...`),
+    # or a line of its own. The prompt is left out; what pdb printed is compared.
+    for line in launch["output"].replace("(Pdb) [", "\n[").replace("(Pdb) ", "").splitlines():
         line = _HEADER.sub("", _ANSI.sub("", line))
         label = _LABEL.match(line)
         text = normalize(line[label.end():] if label else line)

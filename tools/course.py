@@ -194,6 +194,7 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
     from traitlets.config import Config
 
     from tools.exercises import without_grading_cells
+    from tools.launch import timeout_scale
 
     share_warm_server()
     nb = without_grading_cells(nb)  # hidden checks and near misses run only when grading
@@ -221,7 +222,7 @@ def execute(nb, out_path: Path, workspace: Path, world_size: int = DEFAULT_WORLD
             str(source), str(out_path), cwd=str(Path(workspace) / "notebooks"),
             parameters=changed_parameters(nb, {"world_size": world_size,
                                                **(extra_parameters or {})}),
-            kernel_name="python3", execution_timeout=CELL_TIMEOUT_S,
+            kernel_name="python3", execution_timeout=CELL_TIMEOUT_S * timeout_scale(),
             progress_bar=False, log_output=False, request_save_on_cell_execute=False,
             config=config)
     finally:

@@ -71,9 +71,9 @@ def _words(text: str) -> int:
 def reading_minutes(nb) -> int:
     """The main path at reading speed, in whole minutes rounded up: markdown outside folded
     `<details>` blocks and images' alt text at 200 words a minute, and code that is not
-    folded at 100, a line counted once (a script shown again with a few lines changed is
-    read once); the exercises (from the `## Exercises` heading on) are work, not reading,
-    and are left out."""
+    folded and does not check a run (tagged `check`) at 100, a line counted once (a script
+    shown again with a few lines changed is read once); the exercises (from the
+    `## Exercises` heading on) are work, not reading, and are left out."""
     prose = code = 0
     seen = set()
     for cell in nb.cells:
@@ -145,8 +145,8 @@ def markdown(link_prefix: str = "") -> str:
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
     lines += ["", "Files are numbered in this order, each topic part in its own tens. Reading: "
-              "text at 200 words a minute and code at 100, without deep dives, folded code or "
-              "exercises. Run: "
+              "text at 200 words a minute and code at 100, without deep dives, folded code, the "
+              "cells that check a run, or exercises. Run: "
               "seconds on 2 CPU cores (`make bench`)."]
     return "\n".join(lines)
 

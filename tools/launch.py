@@ -41,7 +41,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools import assertions
+
 REPO = Path(__file__).resolve().parent.parent
+assertions.register()  # in a lesson's kernel: a failed check shows what it compared
 
 
 def course_root() -> Path:
@@ -297,7 +300,25 @@ def launch_environment() -> dict:
     return env
 
 
+TIMEOUT_SCALE = "DDP_COURSE_TIMEOUT_SCALE"  # one setting for a slow or busy machine (README)
+
+
+def timeout_scale() -> float:
+    """How many times longer than written every launch (and a lesson's cell) may run:
+    DDP_COURSE_TIMEOUT_SCALE, 1 when unset."""
+    value = os.environ.get(TIMEOUT_SCALE, "1")
+    try:
+        scale = float(value)
+    except ValueError:
+        raise ValueError(f"{TIMEOUT_SCALE}={value!r}: expected a number, such as 2") from None
+    if not scale >= 1:
+        raise ValueError(f"{TIMEOUT_SCALE}={value!r}: expected 1 or more (a factor on every "
+                         "launch's timeout)")
+    return scale
+
+
 def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
+    timeout = timeout * timeout_scale()
     cwd = course_root() if cwd is None else cwd
     script_path = Path(cwd) / script
     if not script_path.is_file():
@@ -352,7 +373,8 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
             return result
         raise LaunchTimeout(
             f"`{shown}` did not finish within {timeout:g} s and was killed "
-            f"(its whole process tree).\n{result.summary()}", result)
+            f"(its whole process tree). On a slow or busy machine, give every launch more "
+            f"time: {TIMEOUT_SCALE}=2 (README).\n{result.summary()}", result)
     if expect_failure:
         if result.ok:
             raise LaunchError(f"`{shown}` was expected to fail but exited 0.", result)

@@ -297,7 +297,7 @@ LESSONS = [
            "model's shapes at a given matrix rank",
            budget_s=45.0),
     Lesson("40_capstone_gpt", "Practice on a whole model",
-           "every piece on a small GPT: per-token loss, exact evaluation, FSDP2",
+           "a small GPT: per-token loss, exact evaluation, FSDP2",
            "A small GPT trained on Python's own documentation with DDP: the global batch, a loss "
            "per token, exact evaluation, a lost rank, and FSDP2, each checked against one process.",
            "a 110,784-parameter GPT (tied embedding) on Python's own documentation (`pydoc_data`, "

@@ -7,7 +7,7 @@ import os  # NEW
 import sys  # NEW
 
 import torch
-import torch._dynamo  # noqa: F401  NEW: before joining, or a rank can abort at exit (lesson 06)
+import torch._dynamo  # noqa: F401  NEW: torch 2.13: before joining, or Gloo can abort at exit
 import torch.distributed as dist  # NEW
 import torch.nn.functional as F
 from ddp_common import write_results  # the course's: results as JSON for its checks
@@ -55,7 +55,7 @@ def main():
     found = meter.results()
     print(f"trained on {found['samples']} samples, {found['per_second']:.0f} per second")
     write_results(args.out, model, accuracy=accuracy, **found)
-    del model, optimizer  # NEW: before leaving, or freeing them later can hang (torch 2.13)
+    del model, optimizer  # NEW: torch 2.13: DDP before the group, or Gloo can hang at exit
     dist.destroy_process_group()  # NEW: leave the job
 
 

@@ -31,18 +31,22 @@ def main():
         teardown()
         sys.exit(f"--batch {args.batch} must be divisible by the world size {world.world_size}")
     is_rank0 = world.rank == 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     found = train(world.rank, world.world_size, world.device, args, is_rank0)
-    found.update(world_size=world.world_size, batch=args.batch,
-                 seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    shares = [None] * world.world_size  # CPU seconds per second: under 1, others took turns
+    dist.all_gather_object(shares, (time.process_time() - cpu) / seconds)
+    found.update(world_size=world.world_size, batch=args.batch, seconds=seconds,
+                 cpu_shares=shares)
     teardown()
     if is_rank0 and args.alone:  # the same training on one process, in a group of one
         dist.init_process_group(dist.get_default_backend_for_device(world.device),
                                 store=dist.HashStore(), rank=0, world_size=1)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         alone = train(0, 1, world.device, args, is_rank0=False)
+        seconds = time.perf_counter() - start
         found["alone"] = {"history": alone["history"], "weights": alone["weights"],
-                          "seconds": time.perf_counter() - start}
+                          "seconds": seconds, "cpu_share": (time.process_time() - cpu) / seconds}
         teardown()
     if is_rank0 and args.out:
         write_json(args.out, found)

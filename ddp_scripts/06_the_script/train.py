@@ -6,15 +6,17 @@ Several machines: the same command on each, all pointing at one of them, with --
 a filesystem that every machine sees (rank 0 writes the checkpoint, every rank reads it):
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-id=job1 --rdzv-backend=c10d \\
         --rdzv-endpoint=node0.example.com:29400 train.py --out /shared/run
-Started again with the same --out, it resumes from the last checkpoint, exactly. To let
+Started again with the same --out, it resumes from the last checkpoint, exactly (if your
+dataset draws random numbers in DataLoader workers, seed them from the epoch and the
+sample's index, or a resumed epoch's workers draw others). To let
 torchrun restart it after a crash, add --max-restarts=3 and set
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment (lesson 24: otherwise a
 restarted rank can read a dead rank's address).
 
 --batch is the global batch: samples per optimizer step, whatever the world size. Each
 rank takes batch / (world size x accumulate) samples per forward. The learning rate goes
-with the global batch: if you change --batch, scale --lr by the same factor (and keep the
-warm-up steps), then check the loss curve.
+with the global batch: if you change --batch, scale --lr by the same factor (and divide
+--warmup by it: the warm-up stays as long in samples), then check the loss curve.
 """
 
 import argparse
@@ -116,28 +118,26 @@ class ResumableSampler(DistributedSampler):
         return self.num_samples - self.start
 
 
-def rng_states(device, loader):
-    """This rank's random states: torch's, Python's, the loader's (its workers' seeds come
-    from it) and, on a GPU, CUDA's. Add NumPy's if your code draws from it."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
-             "loader": loader.generator.get_state()}
+def rng_states(device):
+    """This rank's random states: torch's, Python's and, on a GPU, CUDA's. Add NumPy's if
+    your code draws from it."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if device.type == "cuda":
         state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_states(state, device, loader):
+def set_rng_states(state, device):
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    loader.generator.set_state(state["loader"])
     if device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
 
 
-def save(path, model, optimizer, scheduler, scaler, step, log, run, device, loader):
+def save(path, model, optimizer, scheduler, scaler, step, log, run, device):
     """Every rank's random states go to rank 0, which writes the file atomically."""
-    states = [None] * dist.get_world_size()
-    dist.all_gather_object(states, rng_states(device, loader))
+    states = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(rng_states(device), states, dst=0)
     if dist.get_rank() == 0:
         checkpoint = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
                       "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
@@ -146,12 +146,17 @@ def save(path, model, optimizer, scheduler, scaler, step, log, run, device, load
         with open(partial, "wb") as f:
             torch.save(checkpoint, f)
             f.flush()
-            os.fsync(f.fileno())  # on the disk before the rename: a power cut loses nothing
+            os.fsync(f.fileno())  # the data on the disk before the rename
         os.replace(partial, path)  # readers see the old file or the new one, never half
-    dist.barrier()  # nobody goes on (or reads it) before it is written
+        folder = os.open(path.parent, os.O_RDONLY)
+        os.fsync(folder)  # and the rename too: after a power cut, the new file is there
+        os.close(folder)
+    # Nobody goes on (or reads it) before it is written. The others wait here while rank 0
+    # writes: the group's timeout (setup) must be longer than a save.
+    dist.barrier()
 
 
-def load(path, model, optimizer, scheduler, scaler, run, device, loader):
+def load(path, model, optimizer, scheduler, scaler, run, device):
     # Tensors stay on the CPU: random states must; load_state_dict copies the rest over.
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if checkpoint["run"] != run:
@@ -163,7 +168,7 @@ def load(path, model, optimizer, scheduler, scaler, run, device, loader):
     scaler.load_state_dict(checkpoint["scaler"])
     rank, world = dist.get_rank(), dist.get_world_size()
     if len(checkpoint["rng"]) == world:
-        set_rng_states(checkpoint["rng"][rank], device, loader)
+        set_rng_states(checkpoint["rng"][rank], device)
     elif rank == 0:  # the data position holds (it depends on the global batch only)
         print(f"resuming {len(checkpoint['rng'])} ranks' run on {world}: new random states, "
               "so the run goes on, but not bit for bit as it would have", flush=True)
@@ -178,6 +183,7 @@ def validate(model, dataset, device, batch):
     module = model.module  # no collectives: ranks may run different numbers of batches
     for buffer in module.buffers():  # BatchNorm's running statistics: rank 0's everywhere
         dist.broadcast(buffer, src=0)
+    modes = {m: m.training for m in module.modules()}  # a layer kept in eval mode stays so
     module.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, samples
     for x, y in loader:
@@ -186,7 +192,8 @@ def validate(model, dataset, device, batch):
         sums += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
                              (logits.argmax(1) == y).sum().double(),
                              torch.tensor(len(y), dtype=torch.float64, device=device)])
-    module.train()
+    for m, training in modes.items():
+        m.training = training
     dist.all_reduce(sums)
     loss, correct, samples = sums.tolist()
     return {"loss": loss / samples, "accuracy": correct / samples, "samples": int(samples)}
@@ -209,7 +216,7 @@ def main():
                                seed=args.seed, drop_last=True)
     loader = DataLoader(train_set, batch_size=micro, sampler=sampler, drop_last=True,
                         num_workers=args.workers, pin_memory=device.type == "cuda",
-                        generator=torch.Generator().manual_seed(args.seed + rank))
+                        generator=torch.Generator())  # seeded each epoch, below
     steps_per_epoch = len(train_set) // args.batch
     total_steps = args.epochs * steps_per_epoch
 
@@ -227,14 +234,14 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "checkpoint.pt"
-    found = [path.exists()]
-    dist.broadcast_object_list(found, src=0)  # rank 0's answer holds for every rank
-    if found[0] != path.exists():
-        raise SystemExit(f"rank {rank} does not see {path} as rank 0 does: put --out on a "
-                         "filesystem that every machine shares")
+    seen = [None] * world
+    dist.all_gather_object(seen, path.exists())  # every rank must see the same files
+    if len(set(seen)) > 1:  # every rank stops, not only those that differ
+        raise SystemExit(f"{path} exists for ranks {[r for r in range(world) if seen[r]]} "
+                         "only: put --out on a filesystem that every machine shares")
     step, log = 0, {"loss": [], "val": []}
-    if found[0]:
-        step, log = load(path, model, optimizer, scheduler, scaler, run, device, loader)
+    if seen[0]:
+        step, log = load(path, model, optimizer, scheduler, scaler, run, device)
     writer = SummaryWriter(out / "tensorboard", purge_step=step + 1) if rank == 0 else None
     if rank == 0:
         print(f"world size {world}: global batch {args.batch} = {world} rank(s) x "
@@ -256,6 +263,9 @@ def main():
     while step < total_steps:
         epoch = step // steps_per_epoch
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+        # The loader draws its workers' seeds (and, without workers, one number) from its
+        # generator: from (seed, rank, epoch), the same after a resume.
+        loader.generator.manual_seed(args.seed + 1_000_003 * (rank + 1) + epoch)
         sampler.start = (step % steps_per_epoch) * args.accumulate * micro
         batches = iter(loader)
         for _ in range(steps_per_epoch - step % steps_per_epoch):
@@ -285,10 +295,10 @@ def main():
                 all_reduce_losses()
             if step % args.save_every == 0 and step % steps_per_epoch:
                 all_reduce_losses()
-                save(path, model, optimizer, scheduler, scaler, step, log, run, device, loader)
+                save(path, model, optimizer, scheduler, scaler, step, log, run, device)
         all_reduce_losses()
         log["val"].append(validate(model, val_set, device, batch=64))
-        save(path, model, optimizer, scheduler, scaler, step, log, run, device, loader)
+        save(path, model, optimizer, scheduler, scaler, step, log, run, device)
         if writer:
             writer.add_scalar("val/loss", log["val"][-1]["loss"], step)
             writer.add_scalar("val/accuracy", log["val"][-1]["accuracy"], step)
@@ -298,7 +308,7 @@ def main():
                   flush=True)
     if writer:
         writer.close()
-    del model  # free DDP before its process group: the other order can hang (lesson 13)
+    del model  # free DDP before its process group: the other order can hang (Gloo; lesson 13)
     dist.destroy_process_group()
 
 

@@ -85,6 +85,7 @@ def train(rank, world_size, device, args, is_rank0):
             loss_sum[1] += len(y)
         dist.all_reduce(loss_sum)  # the epoch's mean loss over all ranks' samples
         model.eval()
+        # model.module: the model inside the wrapper, whose forward starts no collective
         scores = evaluate(model.module, test_set, rank, world_size, device)
         history.append({"epoch": epoch, "train_loss": (loss_sum[0] / loss_sum[1]).item(),
                         **scores})
