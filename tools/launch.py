@@ -373,8 +373,8 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
             return result
         raise LaunchTimeout(
             f"`{shown}` did not finish within {timeout:g} s and was killed "
-            f"(its whole process tree). On a slow or busy machine, give every launch more "
-            f"time: {TIMEOUT_SCALE}=2 (README).\n{result.summary()}", result)
+            f"(its whole process tree).\n(On a slow or busy machine, give every launch more "
+            f"time: {TIMEOUT_SCALE}=2, README.)\n{result.summary()}", result)
     if expect_failure:
         if result.ok:
             raise LaunchError(f"`{shown}` was expected to fail but exited 0.", result)
