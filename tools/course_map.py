@@ -145,8 +145,8 @@ def markdown(link_prefix: str = "") -> str:
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
     lines += ["", "Files are numbered in this order, each topic part in its own tens. Reading: "
-              "text at 200 words a minute and code at 100, without deep dives, folded code, the "
-              "cells that check a run, or exercises. Run: "
+              "text at 200 words a minute, code at 100; deep dives, folded code, checks and "
+              "exercises not counted. Run: "
               "seconds on 2 CPU cores (`make bench`)."]
     return "\n".join(lines)
 
