@@ -97,14 +97,13 @@ LESSONS = [
            shared=("training_run.py", "checkpoints.py")),
     Lesson("05_real_training", CORE,
            "unused parameters, gradient accumulation, mixed precision",
-           "DDP in real training code: unused parameters and their fixes, activation "
-           "checkpointing, gradient accumulation with no_sync, bf16, fp16 and clipping.",
+           "DDP in real training code: unused parameters and their fixes, gradient "
+           "accumulation with no_sync, bf16, fp16 and clipping.",
            "a skipped branch's parameters stopping DDP at the next step (\"Expected to have "
            "finished reduction\"), named with the debug level `INFO`, fixed with "
            "`find_unused_parameters=True` (a gradient averaged over ranks that disagree) and with "
-           "`static_graph=True`, their cost per step; reentrant activation checkpointing failing "
-           "with `find_unused_parameters` (\"marked as ready twice\") and the two fixes; gradient "
-           "accumulation with `no_sync` equal to one big batch with the all-reduces counted, and "
+           "`static_graph=True`; gradient accumulation with `no_sync` equal to one big batch with "
+           "the all-reduces counted, and "
            "the two common bugs; bf16 autocast, clipping (the same norm on every rank), fp16 with "
            "a `GradScaler` skipping its overflowing steps and `unscale_` before clipping; "
            "exercise: accumulation over micro-batches of unequal sizes in a script the check "
@@ -152,13 +151,17 @@ LESSONS = [
     Lesson("13_inside_ddp", "How DDP works inside",
            "what DDP does at construction and in backward",
            "What DistributedDataParallel does: the broadcast at construction, gradient buckets "
-           "all-reduced during backward, and training equal to one process.",
+           "all-reduced during backward, training equal to one process, and what "
+           "find_unused_parameters costs.",
            "the training loop before and after DDP, `DataParallel` on a CPU, rank 0's weights "
            "broadcast at construction, gradient buckets caught by a communication hook and "
            "overlapped with backward (a per-rank Gantt chart from the hooks' timestamps), the "
            "buckets with and without `find_unused_parameters=True`, DDP equal to one process (2 "
            "and 4 ranks, within 1e-6) and how BatchNorm, a sum loss and a padding sampler break "
-           "it; three exercises: DDP by hand in scripts the checks launch (gradients averaged "
+           "it; `find_unused_parameters=True` and `static_graph=True` timed per step, reentrant "
+           "activation checkpointing failing with `find_unused_parameters` (\"marked as ready "
+           "twice\") and its two fixes; three exercises: DDP by hand in scripts the checks launch "
+           "(gradients averaged "
            "after backward; during backward with hooks and asynchronous all-reduces; in buckets), "
            "each equal to DDP on the lesson's model and on one with a frozen layer, a frozen bias, "
            "tied weights and branches some or all ranks skip",

@@ -1,4 +1,4 @@
-"""Lesson 05, section 3: gradient accumulation with no_sync.
+"""Lesson 05, section 2: gradient accumulation with no_sync.
 
 One optimizer step's gradient from the same samples, four ways: one big batch; K
 micro-batches under no_sync; K micro-batches, each synchronized; no_sync without dividing

@@ -1,4 +1,4 @@
-"""Lesson 05, section 4: mixed precision and gradient clipping under DDP.
+"""Lesson 05, section 3: mixed precision and gradient clipping under DDP.
 
 bf16 autocast with clipping (the dtypes, the loss against float32, the norms), then
 float16 with a GradScaler whose scale starts high enough to overflow. The weights stay

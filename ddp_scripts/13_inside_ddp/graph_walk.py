@@ -1,11 +1,11 @@
-"""Lesson 05, section 2: what find_unused_parameters' walk of the graph costs, and how it
+"""Lesson 13, section 4: what find_unused_parameters' walk of the graph costs, and how it
 meets activation checkpointing.
 
 seconds_per_step times a 32-layer model under plain DDP, find_unused_parameters=True and
 static_graph=True; checkpointed trains a checkpointed model with each setting and keeps
 the error, if one comes. Rank 0 writes what every rank found as JSON.
 
-    torchrun --standalone --nproc-per-node=2 ddp_scripts/05_real_training/graph_walk.py
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/13_inside_ddp/graph_walk.py
 """
 
 import time
