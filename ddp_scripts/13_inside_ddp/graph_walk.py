@@ -64,7 +64,8 @@ def checkpointed(rank, device, reentrant, **ddp_kwargs):
     torch.manual_seed(0)
     model = DDP(Deep(depth=4, checkpointed=True, reentrant=reentrant).to(device), **ddp_kwargs)
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(rank)).to(device)
-    x.requires_grad_()  # reentrant checkpointing needs an input that requires grad
+    x.requires_grad_()  # for this demo only: reentrant checkpointing needs an input that
+    # requires grad, or no parameter gets one; use_reentrant=False needs no such line
     found = {"error": None}
     try:
         for _ in range(2):
