@@ -12,7 +12,7 @@ import pytest
 
 from tools.course import REPO
 from tools.exercises import exercise_list, near_miss_source, student_version
-from tools.grade import main, match_solutions
+from tools.grade import main, match_solutions, plan_lesson
 from tools.grade_cells import names, needed_cells
 from tools.grade_kernel import describe
 from tools.student import write_student_course
@@ -288,6 +288,47 @@ def test_answers_are_matched_by_cell_id_then_in_order():
     assert set(match_solutions(teacher, learner, exercises)) == {1}
 
 
+def test_honest_mistakes_in_a_notebook_are_matched_by_content_and_named():
+    teacher = notebook(answer("f", "return 1"), ("assert f() == 1, 'f'", ["check"]),
+                       answer("g", "return 2"), ("assert g() == 2, 'g'", ["check"]))
+    exercises = exercise_list(teacher)
+    # the answer written in a copy of the cell (a new id), the original left as handed out
+    learner = student_version(teacher)
+    copy = nbformat.v4.new_code_cell("def f():\n    return 1")
+    copy.id = "copy"
+    learner.cells.insert(1, copy)
+    notes = []
+    assert match_solutions(teacher, learner, exercises, notes)[1].id == "copy"
+    assert notes == ["exercise 1: graded your cell 2, which defines its answer; the "
+                     "exercise's own cell still holds the starting code"]
+    # every id changed, a scratch cell first: the cells that define f and g are graded
+    learner = student_version(teacher)
+    for k, cell in enumerate(learner.cells):
+        cell.id = f"new{k}"
+    scratch = nbformat.v4.new_code_cell("x = 1  # scratch")
+    scratch.id, scratch.metadata["tags"] = "scratch", ["solution"]
+    learner.cells.insert(0, scratch)
+    learner.cells[3].source = "def g():\n    return 2"
+    notes = []
+    found = match_solutions(teacher, learner, exercises, notes)
+    assert (found[1].id, found[2].id) == ("new0", "new2"), notes
+    assert len(notes) == 2 and all("was not found by its id" in n for n in notes)
+    # tags removed or added: graded all the same, and said
+    learner = student_version(teacher)
+    learner.cells[0].metadata["tags"] = []
+    learner.cells[1].metadata["tags"] = []
+    mine = nbformat.v4.new_code_cell("y = 2")
+    mine.id, mine.metadata["tags"] = "mine", ["check"]
+    learner.cells.append(mine)
+    plan = plan_lesson(teacher, learner, "")
+    assert "exercise 1: its answer cell lost its `solution` tag (graded as the answer all " \
+           "the same)" in plan.notes
+    assert "exercise 1: its check cell lost its `check` tag; the instructor's check ran" \
+        in plan.notes
+    assert "tags on your own cells change nothing (`check`): the instructor's checks ran" \
+        in plan.notes
+
+
 def test_a_near_miss_is_a_change_to_the_solution():
     solution = "def f(n):\n    # STUB: pass\n    return n / world\n"
     assert near_miss_source(solution, "Near miss: 2.\n- return n / world\n+ return n / 2") \
@@ -396,6 +437,15 @@ def by(rows, student, lesson):
 def test_the_class_is_graded_against_the_instructors_copy(graded_class):
     done, rows, out = graded_class
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    hidden = [nbformat.read(REPO / "notebooks" / f"{stem}.ipynb", as_version=4)
+              for stem in LESSONS]
+    sources = [c.source for nb in hidden for c in nb.cells if "hidden" in c.metadata.get(
+        "tags", [])]
+    executed = [c.source for p in (out / "executed").rglob("*.ipynb")
+                for c in nbformat.read(p, as_version=4).cells]
+    assert sources and executed
+    assert not [s for s in sources for text in executed if s.splitlines()[0] in text], \
+        "an executed notebook that may go back to a student shows a hidden check"
     teacher = {stem: exercise_list(teacher_notebook(stem)) for stem in LESSONS}
     parts = {stem: [(str(e.number), "check") for e in exs]
              + [(str(e.number), f"hidden {h}") for e in exs for h in range(1, len(e.hidden) + 1)]
@@ -427,3 +477,80 @@ def test_the_class_is_graded_against_the_instructors_copy(graded_class):
     assert re.search(r"^dee\s+1/3\s+-/\d+\s", table, re.M), table
     for student in ("ada", "ben", "cy", "dee"):
         assert (out / "feedback" / f"{student}.html").is_file()
+
+
+# Cheats: what one student's code may not do to the class ---------------------------------
+
+CHEATS = {
+    # the instructor's course and the clean copy the next students' courses come from
+    "1-tom": ("from pathlib import Path\nimport sys\n"
+              "repo = Path(sys.executable).parents[2]\n"
+              "with open(repo / 'tools' / 'launch.py', 'a') as f:\n    f.write('# tom\\n')\n"
+              "with open(Path.cwd().parents[1] / 'pristine' / 'tools' / 'launch.py', 'a') as f:\n"
+              "    f.write('raise SystemExit\\n')\n"),
+    # the processes that grade it: its kernel's parent and grandparent
+    "2-mal": ("import os, signal\n"
+              "grandparent = int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1]"
+              ".split()[1])\n"
+              "os.kill(grandparent, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\n"),
+    # a process that leaves the session and clears its environment, to outlive grading
+    "3-eve": ("import subprocess\n"
+              "subprocess.Popen(['sleep', '4321'], start_new_session=True, env={})\n"),
+    # a failed assert that raises KeyboardInterrupt (the backstop's signal), and a wrong answer
+    "5-kai": "AssertionError = KeyboardInterrupt\n",
+}
+
+
+def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
+    """Three cheats graded before an honest student: the instructor's course and the clean
+    copy are put back (and the cheat named), a student who kills the processes grading it
+    stops only its own grading, a process left behind is killed; the honest student's grade
+    is untouched, the gradebook is written as each student finishes, and a second run
+    into the same folder keeps every grade."""
+    klass = tmp_path / "class"
+    launch_py = REPO / "tools" / "launch.py"
+    before = launch_py.read_bytes()
+    for student, cheat in [*CHEATS.items(), ("4-ada", None)]:
+        (klass / student).mkdir(parents=True)
+        nb = teacher_notebook("02_devices")
+        if cheat:
+            solution = nb.cells[exercise_list(nb)[0].solution]
+            solution.source = cheat + solution.source
+        if student == "5-kai":  # and a wrong answer to exercise 1
+            solution.source += "\ndevice_for_rank = lambda *a, **k: None\n"
+        nbformat.write(nb, klass / student / "02_devices.ipynb")
+    out = tmp_path / "out"
+    command = [str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade", str(klass),
+               "--lessons", "02_devices", "--out", str(out)]
+    try:
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+    finally:
+        changed = launch_py.read_bytes() != before
+        launch_py.write_bytes(before)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not changed, "tools/launch.py was left changed"
+    rows = list(csv.DictReader((out / "gradebook.csv").open()))
+    score = {s: [r["status"] for r in rows if r["student"] == s] for s in
+             ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai")}
+    assert score["5-kai"] == ["failed", "passed", "passed"], score  # the lesson went on
+    kai = next(r for r in rows if r["student"] == "5-kai")
+    assert "KeyboardInterrupt" in kai["message"] and "not a timeout" in kai["message"], kai
+    assert score["4-ada"] == ["passed"] * 3 and score["3-eve"] == ["passed"] * 3, score
+    assert score["1-tom"] == ["passed"] * 3, score  # its answers were right
+    assert set(score["2-mal"]) == {"failed"}
+    assert "grading stopped: the grading process was killed by signal 9" in done.stdout
+    assert "1-tom  02_devices" in done.stdout
+    assert "your code changed the instructor's course (put back before the next student): " \
+           "tools/launch.py" in done.stdout.replace("\n", " ") or \
+           "tools/launch.py" in (out / "feedback" / "1-tom.html").read_text()
+    page = (out / "feedback" / "1-tom.html").read_text()
+    assert "your code changed the instructor&#x27;s course" in page
+    assert "your code changed the clean copy of the course" in page
+    left = subprocess.run(["pgrep", "-f", "sleep 4321"], capture_output=True, text=True)
+    assert left.stdout == "", "a process left by a student outlived grading"
+    assert "limits: each student's code ran with" in done.stdout
+    # stopped and started again: nothing is graded twice
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 5
+    assert list(csv.DictReader((out / "gradebook.csv").open())) == rows

@@ -16,9 +16,16 @@ wrapper that records its outcome, so that one failing cell costs nothing but its
 Before each check, the course's files that a student's code changed (`tools/`, the
 harnesses in `ddp_scripts/`) are put back.
 
+Each student is graded by a process of its own (in a session of its own, its processes
+under the limits of tools/sandbox.py), so that a student's code that kills it stops that
+student's grading only; after each student the instructor's course files and the clean
+copy are compared with their state before grading, and put back.
+
 Writes to --out: `gradebook.csv` (one row per part of an exercise: student, lesson,
-exercise, part, points, status, message, seconds), `feedback/<student>.html`, and the
-executed notebooks; prints a line per part and a table, student by lesson. A lesson
+exercise, part, points, status, message, seconds) and `feedback/<student>.html` as each
+student finishes, `students/<student>.json` (a run again into the same --out keeps a
+student graded with the same notebooks; --fresh grades again), and the executed
+notebooks; prints a line per part and a table, student by lesson. A lesson
 missing from a student's folder scores 0 and is named; one that cannot run here (lesson
 12 without root) is `not graded` and says why.
 
@@ -40,8 +47,10 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -49,7 +58,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools import course
+from tools import course, sandbox
 from tools.course import (
     CELL_TIMEOUT_S,
     DEFAULT_WORLD_SIZE,
@@ -71,6 +80,13 @@ from tools.exercises import (
     written_scripts,
 )
 from tools.grade_cells import launches, names, needed_cells
+
+
+def cell_backstop() -> float:
+    """Papermill's per-cell timeout as tools/course.execute sets it."""
+    from tools.launch import timeout_scale
+    return course.CELL_TIMEOUT_S * timeout_scale()
+
 
 # Above every launch timeout a check uses (120 s at most), below papermill's backstop.
 EXERCISE_TIMEOUT_S = CELL_TIMEOUT_S // 2
@@ -131,16 +147,48 @@ def normalized(source: str) -> str:
     return "\n".join(line.rstrip() for line in source.strip().splitlines())
 
 
-def match_solutions(teacher, student, exercises) -> dict[int, object]:
-    """The student's answer cell for each exercise: the cell with the same id, else the
-    student's unmatched cells tagged `solution`, in order."""
+def match_solutions(teacher, student, exercises, notes: list | None = None) -> dict[int, object]:
+    """The student's answer cell for each exercise: the cell with the same id (a lost
+    `solution` tag is noted); but where that cell is still the handout's starting code, or
+    is gone, a cell of the student's own (another id: copied, pasted, or a notebook whose
+    ids all changed) that defines what the answer defines (its names, or the script it
+    writes) and is not the starting code, noted; else the student's unmatched cells tagged
+    `solution`, in order."""
+    notes = [] if notes is None else notes
     by_id = {cell.get("id"): cell for cell in student.cells}
+    teacher_ids = {cell.get("id") for cell in teacher.cells}
     found, used = {}, set()
     for ex in exercises:
         cell = by_id.get(teacher.cells[ex.solution].get("id"))
-        if cell is not None and SOLUTION in tags(cell):
+        if cell is not None and cell.cell_type == "code":
+            if SOLUTION not in tags(cell):
+                notes.append(f"exercise {ex.number}: its answer cell lost its `solution` tag "
+                             f"(graded as the answer all the same)")
             found[ex.number] = cell
             used.add(id(cell))
+    position = {id(cell): k for k, cell in enumerate(student.cells, start=1)}
+    for ex in exercises:
+        source = teacher.cells[ex.solution].source
+        stub = normalized(stub_source(source)) if BEGIN in source else None
+        current = found.get(ex.number)
+        if current is not None and normalized(current.source) != stub:
+            continue
+        own = [c for c in student.cells if c.cell_type == "code" and id(c) not in used
+               and c.get("id") not in teacher_ids and _defines(c.source, source)]
+        written = [c for c in own if normalized(c.source) != stub]
+        pick = (written or (own if current is None else []) or [None])[-1]
+        if pick is None:
+            continue
+        if current is not None:
+            used.discard(id(current))
+            notes.append(f"exercise {ex.number}: graded your cell {position[id(pick)]}, which "
+                         f"defines its answer; the exercise's own cell still holds the "
+                         f"starting code")
+        else:
+            notes.append(f"exercise {ex.number}: its answer cell was not found by its id; "
+                         f"graded your cell {position[id(pick)]}, which defines its answer")
+        found[ex.number] = pick
+        used.add(id(pick))
     spare = [c for c in student.cells if SOLUTION in tags(c) and id(c) not in used]
     for ex in exercises:
         if ex.number not in found and spare:
@@ -148,14 +196,30 @@ def match_solutions(teacher, student, exercises) -> dict[int, object]:
     return found
 
 
+def _defines(source: str, answer: str) -> bool:
+    """Whether a cell defines what an instructor's answer defines: the same script
+    (`%%writefile` target), or every name the answer assigns."""
+    target, mine = WRITEFILE.match(answer), WRITEFILE.match(source)
+    if target:
+        return bool(mine) and mine.group(2) == target.group(2)
+    wanted = names(answer)[0]
+    return bool(wanted) and not mine and wanted <= names(source)[0]
+
+
 def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Plan:
     """The notebook to execute: the instructor's cells that the exercises need, the
     student's answers, and the student's own added cells that an answer needs."""
     exercises = exercise_list(teacher, strict=False)
-    answers = match_solutions(teacher, student, exercises)
+    notes = []
+    answers = match_solutions(teacher, student, exercises, notes)
     teacher_ids = {cell.get("id") for cell in teacher.cells}
     student_by_id = {cell.get("id"): cell for cell in student.cells}
-    notes = []
+    own_tagged = sorted({t for c in student.cells if c.get("id") not in teacher_ids
+                         and id(c) not in {id(a) for a in answers.values()}
+                         for t in tags(c) if t in ("check", "hidden", SOLUTION)})
+    if own_tagged:
+        notes.append("tags on your own cells change nothing (" + ", ".join(
+            f"`{t}`" for t in own_tagged) + "): the instructor's checks ran")
 
     # the instructor's cells in order, with the student's added cells after the cell
     # (of the instructor's) that they follow in the student's notebook
@@ -269,6 +333,9 @@ def _note_tampering(teacher, student_by_id, ex, notes) -> None:
         if mine is None:
             notes.append(f"exercise {ex.number}: its check cell was deleted; the instructor's "
                          f"check ran")
+        elif "check" not in tags(mine):
+            notes.append(f"exercise {ex.number}: its check cell lost its `check` tag; the "
+                         f"instructor's check ran")
         elif normalized(mine.source) != normalized(teacher.cells[j].source):
             notes.append(f"exercise {ex.number}: its check cell was changed; the "
                          f"instructor's check ran")
@@ -280,7 +347,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
                  protected: dict, out_dir: Path, world_size: int = DEFAULT_WORLD_SIZE,
                  timeout: float = EXERCISE_TIMEOUT_S,
                  lesson_timeout: float = LESSON_TIMEOUT_S,
-                 cache: Path | None = None) -> LessonGrade:
+                 cache: Path | None = None, sandbox=None) -> LessonGrade:
     """Execute one student's lesson in `course` (a stubbed copy of the course) and grade
     it. Raises only when the grader cannot run (an unreadable instructor's notebook, a
     kernel that never starts). Whatever the lesson started is killed before it returns."""
@@ -305,27 +372,32 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     plan = plan_lesson(teacher, student, "", stem)
     setup += (f"__grader__ = _KernelGrader({str(results)!r}, {timeout!r}, {lesson_timeout!r},"
               f" {str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
-              f"{str(cache or '')!r})\n"
+              f"{str(cache or '')!r}, {cell_backstop()!r})\n"
               "del _sys, _KernelGrader")
     plan.notebook.cells[0].source = setup
     start = time.monotonic()
     stopped = ""
     mark = f"{os.getpid()}-{uuid.uuid4().hex}"
-    saved = os.environ.get(MARKER)
-    os.environ[MARKER] = mark
+    variables = {MARKER: mark, **(sandbox.environment() if sandbox is not None else {})}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     executed = out_dir / f"{stem}.ipynb"
     try:
         execute(plan.notebook, executed, course, world_size=world_size)
     except Exception as error:  # the lesson stopped (its time ran out, the kernel died)
         stopped = _why_it_stopped(error, results.with_suffix(".running"))
     finally:
-        if saved is None:
-            del os.environ[MARKER]
-        else:
-            os.environ[MARKER] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         kill_marked(mark)
+        if sandbox is not None:
+            sandbox.kill_all()  # a process that left the session, the marker cleared
     if not stopped:  # what was running, kept only to say where a lesson stopped
         results.with_suffix(".running").unlink(missing_ok=True)
+    _without_hidden_sources(executed)
     grade = LessonGrade(stem, plan.parts, notes=list(plan.notes), stopped=stopped,
                         seconds=time.monotonic() - start)
     _fill(grade, results, stopped)
@@ -334,6 +406,22 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
                 and part.part == "check":
             part.message = f"not attempted (the handout's starting code): {part.message}"
     return grade
+
+
+HIDDEN_PART = re.compile(r"^__grader__\.part\((\d+), ([1-9]\d*), ")
+
+
+def _without_hidden_sources(executed: Path) -> None:
+    """The executed notebook, which may go back to the student, with each hidden check's
+    source replaced by a line that names it (its outcome stays)."""
+    if not executed.exists():
+        return
+    nb = nbformat.read(executed, as_version=4)
+    for cell in nb.cells:
+        m = HIDDEN_PART.match(cell.source) if cell.cell_type == "code" else None
+        if m:
+            cell.source = f"# exercise {m[1]}, hidden check {m[2]}: its source is not shown"
+    nbformat.write(nb, executed)
 
 
 def _parts_of(teacher) -> list[Part]:
@@ -478,6 +566,7 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
     if course.exists():
         shutil.rmtree(course)
     shutil.copytree(pristine, course)
+    box = sandbox.Sandbox.make(_safe(name))
     grades = []
     try:
         for teacher in teacher_lessons:
@@ -495,13 +584,14 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
                 cache.mkdir(parents=True, exist_ok=True)
                 grade = grade_lesson(teacher, notebooks[stem], course, pristine, protected,
                                      out / "executed" / _safe(name), args.world_size,
-                                     args.timeout, args.lesson_timeout, cache)
+                                     args.timeout, args.lesson_timeout, cache, box)
             if stem == teacher_lessons[0].stem:
                 grade.notes = list(notes) + grade.notes
             grades.append(grade)
             from tools.gradebook import print_lesson
             print_lesson(name, grade)
     finally:
+        box.remove()
         shutil.rmtree(course, ignore_errors=True)
     return grades
 
@@ -569,7 +659,14 @@ def main(argv=None) -> int:
                         help=f"seconds a whole lesson may run (default {LESSON_TIMEOUT_S})")
     parser.add_argument("--require-all", action="store_true",
                         help="exit 1 unless every part of every exercise passed")
+    parser.add_argument("--fresh", action="store_true",
+                        help="grade every student again (by default a student graded by an "
+                             "earlier run into the same --out, with the same notebooks, is "
+                             "kept: a run that was stopped goes on where it stopped)")
+    parser.add_argument("--one-student", type=Path, help=argparse.SUPPRESS)  # the child
     args = parser.parse_args(argv)
+    if args.one_student:
+        return _one_student(args.one_student)
 
     self_check = args.teacher is None and not (REPO / "tests").is_dir()
     try:
@@ -594,38 +691,241 @@ def main(argv=None) -> int:
         print("grade: no students found in " + ", ".join(map(str, paths)), file=sys.stderr)
         return 2
     class_ = class_[k - 1::n]
-    out = args.out
+    out = args.out.resolve()  # the kernels run elsewhere: a relative path would move
     out.mkdir(parents=True, exist_ok=True)
+    suffix = "" if n == 1 else f"-{k}-of-{n}"
+    course_files = Snapshot(REPO, COURSE_FOLDERS, out / "work" / "course-snapshot")
     pristine, protected = prepare_course(out / "work", teacher_lessons)
+    pristine_digests = digests(pristine)
     gradebook_rows = {}
     try:
         for name, notebooks, notes in class_:
-            print(f"# {name}", flush=True)
             if not notebooks and not notes:
                 notes = ["no notebooks handed in"]
             lessons_here = teacher_lessons
             if all(p.is_file() for p in paths):  # notebooks named one by one: those only
                 lessons_here = [t for t in teacher_lessons if t.stem in notebooks]
-            start = time.monotonic()
-            try:
-                grades = grade_student(name, notebooks, lessons_here, pristine, protected,
-                                       out, args, notes)
-            except Exception as error:  # the grader itself failed on this student
-                print(f"grade: could not grade {name}: {type(error).__name__}: {error}",
-                      file=sys.stderr)
-                return 2
-            gradebook_rows[name] = (grades, time.monotonic() - start)
-            gradebook.write_feedback(out / "feedback" / f"{_safe(name)}.html", name, grades)
+            key = signature(notebooks, lessons_here, args)
+            kept = load_kept(out, name, key) if not args.fresh else None
+            if kept is not None:
+                print(f"# {name}: graded by an earlier run with the same notebooks, kept "
+                      f"(--fresh grades again)", flush=True)
+                gradebook_rows[name] = kept
+            else:
+                print(f"# {name}", flush=True)
+                start = time.monotonic()
+                grades = grade_in_child(name, notebooks, lessons_here, pristine, protected,
+                                        out, args, notes)
+                if grades is None:
+                    return 2  # the grader itself failed (it said why)
+                # what this student's code changed in the course, found and put back
+                changed = course_files.restore()
+                if changed:
+                    grades[0].notes.append("your code changed the instructor's course (put "
+                                           "back before the next student): "
+                                           + ", ".join(changed[:8]))
+                if digests(pristine) != pristine_digests:
+                    grades[0].notes.append("your code changed the clean copy of the course "
+                                           "(made again before the next student)")
+                    pristine, protected = prepare_course(out / "work", teacher_lessons)
+                gradebook_rows[name] = (grades, time.monotonic() - start)
+                save_kept(out, name, key, *gradebook_rows[name])
+            gradebook.write_feedback(out / "feedback" / f"{_safe(name)}.html", name,
+                                     gradebook_rows[name][0])
+            gradebook.write_csv(out / f"gradebook{suffix}.csv", gradebook_rows)  # as it goes
     finally:
         shutil.rmtree(out / "work", ignore_errors=True)
-    suffix = "" if n == 1 else f"-{k}-of-{n}"
-    gradebook.write_csv(out / f"gradebook{suffix}.csv", gradebook_rows)
     print()
     print(gradebook.table(gradebook_rows, [p.stem for p in teacher_lessons]))
     print(f"\ngradebook: {out / f'gradebook{suffix}.csv'}; feedback: {out / 'feedback'}/")
+    print(f"limits: {sandbox.Sandbox.make('probe').describe_and_remove()}")
     complete = all(p.status == "passed" for grades, _ in gradebook_rows.values()
                    for g in grades for p in g.parts if g.status != "not graded")
     return 1 if args.require_all and not complete else 0
+
+
+# Each student in a process of its own; what is kept between runs ----------------------------
+
+COURSE_FOLDERS = ("tools", "ddp_scripts", "notebooks")  # what graded code could change
+
+
+def digests(folder: Path, parts=None) -> dict[str, str]:
+    """sha256 of every file under `folder` (or its `parts`), by relative path."""
+    found = {}
+    roots = [folder / p for p in parts] if parts else [folder]
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts \
+                    and ".ipynb_checkpoints" not in path.parts:
+                found[str(path.relative_to(folder))] = hashlib.sha256(
+                    path.read_bytes()).hexdigest()
+    return found
+
+
+class Snapshot:
+    """The instructor's course files as they were when grading began (a copy, and their
+    digests in this process): `restore` puts back what a student's code changed, removes
+    what it added, and names them."""
+
+    def __init__(self, root: Path, parts, copy_to: Path):
+        self.root, self.parts, self.copy = root, parts, copy_to
+        self.digests = digests(root, parts)
+        if copy_to.exists():
+            shutil.rmtree(copy_to)
+        for relative in self.digests:
+            target = copy_to / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / relative, target)
+
+    def restore(self) -> list[str]:
+        now = digests(self.root, self.parts)
+        changed = sorted(r for r in set(now) | set(self.digests)
+                         if now.get(r) != self.digests.get(r))
+        for relative in changed:
+            target = self.root / relative
+            if relative not in self.digests:
+                target.unlink(missing_ok=True)
+                continue
+            source = self.copy / relative
+            if hashlib.sha256(source.read_bytes()).hexdigest() != self.digests[relative]:
+                raise RuntimeError(f"{relative} was changed, and so was the copy it would be "
+                                   f"put back from: grade again from a clean clone")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+        return changed
+
+
+def signature(notebooks: dict, lessons_here: list[Path], args) -> str:
+    """What a student's grade depends on: their notebooks, the instructor's, the settings."""
+    h = hashlib.sha256()
+    for path in sorted(lessons_here) + [notebooks[s] for s in sorted(notebooks)]:
+        h.update(str(path.name).encode() + b"\0" + Path(path).read_bytes())
+    h.update(repr((args.world_size, args.timeout, args.lesson_timeout)).encode())
+    return h.hexdigest()
+
+
+def _kept_path(out: Path, name: str) -> Path:
+    return out / "students" / f"{_safe(name)}.json"
+
+
+def _to_json(grades) -> list:
+    from dataclasses import asdict
+    return [asdict(g) for g in grades]
+
+
+def _from_json(data) -> list:
+    return [LessonGrade(**{**g, "parts": [Part(**p) for p in g["parts"]]}) for g in data]
+
+
+def save_kept(out: Path, name: str, key: str, grades, seconds: float) -> None:
+    path = _kept_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"signature": key, "seconds": seconds,
+                                     "grades": _to_json(grades)}))
+    os.replace(temporary, path)
+
+
+def load_kept(out: Path, name: str, key: str):
+    try:
+        data = json.loads(_kept_path(out, name).read_text())
+        if data["signature"] == key:
+            return _from_json(data["grades"]), float(data["seconds"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args, notes):
+    """grade_student in a process of its own, in a session of its own: a student's code
+    that kills its parent, or the whole session, ends that process, not the class's run.
+    Returns the student's grades (all failed, saying why, if that process died), or None
+    when the grader itself could not run."""
+    work = out / "work"
+    job, result = work / f"{_safe(name)}.job.json", work / f"{_safe(name)}.result.json"
+    result.unlink(missing_ok=True)
+    job.write_text(json.dumps({
+        "name": name, "notebooks": {s: str(p) for s, p in notebooks.items()},
+        "lessons": [str(p) for p in lessons_here], "pristine": str(pristine),
+        "protected": protected, "out": str(out), "notes": list(notes), "result": str(result),
+        "world_size": args.world_size, "timeout": args.timeout,
+        "lesson_timeout": args.lesson_timeout, "cell_timeout": course.CELL_TIMEOUT_S}))
+    limit = len(lessons_here) * (args.lesson_timeout + 120) + 120
+    child = subprocess.Popen([sys.executable, "-m", "tools.grade", "--one-student", str(job)],
+                             cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace")
+    relays = [threading.Thread(target=_relay, args=(stream, to), daemon=True)
+              for stream, to in ((child.stdout, sys.stdout), (child.stderr, sys.stderr))]
+    for relay in relays:
+        relay.start()
+    try:
+        code = child.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        for group in {child.pid}:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        child.wait()
+        kill_marked_by(child.pid)
+        sandbox.remove_left_over(_safe(name), child.pid)
+        for relay in relays:
+            relay.join(timeout=10)
+    if code == 2 and not result.exists():
+        return None  # it printed why
+    try:
+        return _from_json(json.loads(result.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        why = (f"ran past {limit:g} s" if code is None else
+               f"was killed by signal {-code}" if code < 0 else f"exited with status {code}")
+        grades = [_unrun(t, "failed", f"grading stopped: the grading process {why}",
+                         f"grading stopped: the grading process {why} (your code may have "
+                         f"stopped it)") for t in lessons_here]
+        from tools.gradebook import print_lesson
+        for grade in grades:
+            grade.status = "graded"
+            print_lesson(name, grade)
+        return grades
+
+
+def _relay(stream, to) -> None:
+    """The grading process's lines, printed here as they come (a test captures them)."""
+    for line in stream:
+        print(line, end="", file=to, flush=True)
+
+
+def _one_student(job_path: Path) -> int:
+    job = json.loads(job_path.read_text())
+    course.CELL_TIMEOUT_S = job["cell_timeout"]
+    args = argparse.Namespace(world_size=job["world_size"], timeout=job["timeout"],
+                              lesson_timeout=job["lesson_timeout"])
+    try:
+        grades = grade_student(job["name"], {s: Path(p) for s, p in job["notebooks"].items()},
+                               [Path(p) for p in job["lessons"]], Path(job["pristine"]),
+                               job["protected"], Path(job["out"]), args, job["notes"])
+    except Exception as error:  # the grader itself failed on this student
+        print(f"grade: could not grade {job['name']}: {type(error).__name__}: {error}",
+              file=sys.stderr)
+        return 2
+    result = Path(job["result"])
+    temporary = result.with_suffix(".tmp")
+    temporary.write_text(json.dumps(_to_json(grades)))
+    os.replace(temporary, result)
+    return 0
+
+
+def kill_marked_by(pid: int) -> None:
+    """Kill the processes of every lesson the grading process `pid` ran (their marker
+    starts with its pid): what it could not clean up itself, killed."""
+    prefix = f"{MARKER}={pid}-".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(v.startswith(prefix) for v in (entry / "environ").read_bytes().split(b"\0")):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 def _self_check(paths: list[Path], args) -> int:

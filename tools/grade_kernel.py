@@ -46,7 +46,7 @@ class KernelGrader:
 
     def __init__(self, results: str, timeout: float, lesson_timeout: float,
                  course: str = "", pristine: str = "", protected: dict | None = None,
-                 own_files: tuple = (), cache: str = ""):
+                 own_files: tuple = (), cache: str = "", backstop: float | None = None):
         self.results, self.timeout = Path(results), timeout
         self.lesson_timeout = lesson_timeout
         self.deadline = time.monotonic() + lesson_timeout
@@ -58,6 +58,9 @@ class KernelGrader:
         self.own_files = tuple(own_files)  # the learner's scripts, for "in your code"
         self.cache = Path(cache) if cache else None  # lesson runs no answer changes
         self._expiring: BaseException | None = None
+        # papermill interrupts a cell past this (a KeyboardInterrupt); one raised sooner
+        # came from the learner's code, and fails only what it was raised in
+        self.backstop, self._cell_start = backstop, time.monotonic()
         # The cell being run, for when the kernel dies or papermill's backstop timeout stops
         # the notebook: papermill then writes no executed copy to read it from.
         self.running = self.results.with_suffix(".running")
@@ -88,6 +91,7 @@ class KernelGrader:
         raise self._expiring
 
     def _starting(self, info) -> None:
+        self._cell_start = time.monotonic()
         self.running.write_text(info.raw_cell)
         self._arm()
 
@@ -193,7 +197,7 @@ class KernelGrader:
         except BaseException as error:  # noqa: BLE001
             if isinstance(error, (ExerciseTimeout, LessonTimeout)):
                 stop_child_processes()
-            if isinstance(error, (LessonTimeout, KeyboardInterrupt)):
+            if self._stops_the_lesson(error):
                 raise  # the lesson stops here (its time, or papermill's backstop), and says so
             message = describe(error, f"<{label}>", source)
             entry = {"cell": label, "status": "failed", "message": message,
@@ -202,17 +206,27 @@ class KernelGrader:
                 out.write(json.dumps(entry) + "\n")
             print(f"{label} failed: {message}")
 
+    def _stops_the_lesson(self, error: BaseException) -> bool:
+        """The lesson's time is up, or papermill's backstop interrupted the cell."""
+        if isinstance(error, LessonTimeout):
+            return True
+        return isinstance(error, KeyboardInterrupt) and (
+            self.backstop is None or time.monotonic() - self._cell_start >= 0.9 * self.backstop)
+
     def _failed(self, number, stage, part, error, filename, source, start) -> None:
         seconds = time.monotonic() - start
         if isinstance(error, (ExerciseTimeout, LessonTimeout)):
             stop_child_processes()
         message = describe(error, filename, source)
+        if isinstance(error, KeyboardInterrupt) and not self._stops_the_lesson(error):
+            message += (" (raised by the code, not a timeout: did an answer rebind a name "
+                        "the check uses, such as AssertionError?)")
         where = blame(error, number, self.own_files, source if stage == "check" else "")
         if where:
             message = f"{message} [raised in your code: {where}]"
         self._record(number, stage, part, "failed", message, details(error), seconds)
         print(f"exercise {number}: {stage} failed: {message}")
-        if isinstance(error, (LessonTimeout, KeyboardInterrupt)):
+        if self._stops_the_lesson(error):
             raise error
 
     def restore(self) -> list[str]:
