@@ -6,6 +6,8 @@ import csv
 import re
 import shutil
 import subprocess
+import sysconfig
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -483,11 +485,13 @@ def test_the_class_is_graded_against_the_instructors_copy(graded_class):
 
 CHEATS = {
     # the instructor's course and the clean copy the next students' courses come from
-    "1-tom": ("from pathlib import Path\nimport sys\n"
+    "1-tom": ("from pathlib import Path\nimport sys, sysconfig\n"
               "repo = Path(sys.executable).parents[2]\n"
               "with open(repo / 'tools' / 'launch.py', 'a') as f:\n    f.write('# tom\\n')\n"
               "with open(Path.cwd().parents[1] / 'pristine' / 'tools' / 'launch.py', 'a') as f:\n"
-              "    f.write('raise SystemExit\\n')\n"),
+              "    f.write('raise SystemExit\\n')\n"
+              "Path(sysconfig.get_paths()['purelib'], 'ddp_grade_cheat.pth').write_text("
+              "'import os\\n')\n"),
     # the processes that grade it: its kernel's parent and grandparent
     "2-mal": ("import os, signal\n"
               "grandparent = int(open(f'/proc/{os.getppid()}/stat').read().rsplit(')', 1)[1]"
@@ -510,6 +514,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     klass = tmp_path / "class"
     launch_py = REPO / "tools" / "launch.py"
     before = launch_py.read_bytes()
+    planted = Path(sysconfig.get_paths()["purelib"]) / "ddp_grade_cheat.pth"
     for student, cheat in [*CHEATS.items(), ("4-ada", None)]:
         (klass / student).mkdir(parents=True)
         nb = teacher_notebook("02_devices")
@@ -525,10 +530,12 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     try:
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
     finally:
-        changed = launch_py.read_bytes() != before
+        changed = launch_py.read_bytes() != before or planted.exists()
         launch_py.write_bytes(before)
+        planted.unlink(missing_ok=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not changed, "tools/launch.py was left changed"
+    assert not changed, "tools/launch.py was left changed, or the planted .pth file"
+    assert not list(Path("/sys/fs/cgroup").glob("*/ddp-grade-*")), "a control group was left"
     rows = list(csv.DictReader((out / "gradebook.csv").open()))
     score = {s: [r["status"] for r in rows if r["student"] == s] for s in
              ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai")}
@@ -545,6 +552,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
            "tools/launch.py" in (out / "feedback" / "1-tom.html").read_text()
     page = (out / "feedback" / "1-tom.html").read_text()
     assert "your code changed the instructor&#x27;s course" in page
+    assert "ddp_grade_cheat.pth" in page and "tools/launch.py" in page
     assert "your code changed the clean copy of the course" in page
     left = subprocess.run(["pgrep", "-f", "sleep 4321"], capture_output=True, text=True)
     assert left.stdout == "", "a process left by a student outlived grading"
@@ -552,5 +560,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     # stopped and started again: nothing is graded twice
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 5
+    # every student but mal, whose grading was stopped: graded again (and stopped again)
+    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 4
+    assert "\n# 2-mal\n" in again.stdout
     assert list(csv.DictReader((out / "gradebook.csv").open())) == rows

@@ -1,37 +1,30 @@
 """`make grade`'s limits on a student's code: memory, processes, file sizes, and no process
 left behind.
 
-Each student's kernel, and everything it starts, runs with resource limits (a file it
-writes is capped in size, no core dumps) and, as root (CI, a grading server), in control
-groups of its own that cap its memory and its processes and threads together; when the
-student is done, every process in those groups is killed, also one that left the
-kernel's session and cleared its environment. Without root, each process has an address
-space limit instead, and the processes left behind are found by the marker in their
-environment (tools/grade.py), which a process can clear.
-
-The kernel takes its limits from the environment variable ENV (a JSON object), and passes
-it on to what it launches: tools/zygote.py `enter_sandbox` applies them in a forked kernel
-or launch, `prlimit` in a kernel started cold (tools/warm_kernel.py); a cold launch
-inherits them. A student's code can clear the variable before a warm launch; the launch
-then escapes the control groups, not the marker's clean-up.
+tools/grade.py grades each student in a process of its own, which enters the student's
+sandbox before it runs anything (`enter`, given to Popen as preexec_fn): everything it
+starts, the student's kernels, their launches and whatever those start, inherits it. As
+root (CI, a grading server) the sandbox is a control group (cgroup v1's memory and pids,
+or one of cgroup v2) that caps the memory and the processes and threads of all of them
+together; when the student is done, the group is closed to new processes and every
+process in it is killed, also one that left the kernel's session and cleared its
+environment. Resource limits cap the size of a file, core dumps, and without root the
+data of each process.
 
 What this does not do: run a student's code as another user. The course's Python here
-lives under a folder only root may enter, so another user could not run it; a student's
-code runs as the grader's user, and tools/grade.py checks and puts back, after each
-student, the course files that student's code could reach.
+lives under a folder only root may enter, so another user could not run it; the students'
+code runs as the grader's user, which may leave a control group, lift a limit, or signal
+the grader (README, *For instructors*).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
+import resource
 import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-from tools.zygote import SANDBOX as ENV
 
 MEMORY_BYTES = 8 << 30  # a student's processes together (a control group), or each one
 PROCESSES = 4096  # threads count: torch's ranks each run dozens
@@ -54,49 +47,70 @@ def _cgroup_parents() -> list[Path]:
     return []
 
 
+def _settings(parent: Path) -> dict:
+    return {"memory": {"memory.limit_in_bytes": MEMORY_BYTES},  # v1
+            "pids": {"pids.max": PROCESSES}}.get(
+        parent.name, {"memory.max": MEMORY_BYTES, "pids.max": PROCESSES})  # v2
+
+
 @dataclass
 class Sandbox:
-    """The limits of one student's lessons, and the control groups that hold their
-    processes."""
+    """One student's control groups (none without root) and limits."""
     name: str
     cgroups: tuple[str, ...] = ()
+    capped: tuple[str, ...] = ()  # what the groups cap: "memory", "processes"
 
     @classmethod
     def make(cls, name: str) -> Sandbox:
-        cgroups = []
+        cgroups, capped = [], set()
         if is_root():
             for parent in _cgroup_parents():
-                folder = parent / f"{CGROUP_PREFIX}{name}-{os.getpid()}"
-                settings = {"memory": {"memory.limit_in_bytes": MEMORY_BYTES},  # v1
-                            "pids": {"pids.max": PROCESSES}}.get(
-                    parent.name, {"memory.max": MEMORY_BYTES, "pids.max": PROCESSES})  # v2
+                folder = parent / f"{CGROUP_PREFIX}{name}"
                 try:
                     folder.mkdir(exist_ok=True)
-                    for setting, value in settings.items():
+                except OSError:
+                    continue
+                cgroups.append(str(folder))
+                for setting, value in _settings(parent).items():
+                    try:  # a setting refused: the group still holds (and kills) them
                         (folder / setting).write_text(str(value))
-                    cgroups.append(str(folder))
-                except OSError:  # a controller we may not use: resource limits instead
-                    if folder.exists():
-                        _remove_cgroup(folder)
-        return cls(name, tuple(cgroups))
+                        capped.add("memory" if setting.startswith("memory") else "processes")
+                    except OSError:
+                        pass
+        return cls(name, tuple(cgroups), tuple(sorted(capped)))
 
-    @property
-    def memory_capped(self) -> bool:
-        return any(not c.startswith("/sys/fs/cgroup/pids") for c in self.cgroups)
+    def limits(self) -> dict:
+        """Resource limits for every process of the sandbox."""
+        found = {"RLIMIT_FSIZE": FILE_BYTES, "RLIMIT_CORE": 0}
+        if "memory" not in self.capped:  # per process, data (not address space: CUDA
+            found["RLIMIT_DATA"] = 2 * MEMORY_BYTES  # reserves far more than it uses)
+        return found
+
+    def enter(self) -> None:
+        """In the process about to grade the student (Popen's preexec_fn): join the
+        groups, take the limits. Everything it starts inherits both."""
+        for folder in self.cgroups:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        for name, value in self.limits().items():
+            kind = getattr(resource, name)
+            _, hard = resource.getrlimit(kind)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(kind, (value, value))
 
     def describe(self) -> str:
-        memory = (f"{MEMORY_BYTES >> 30} GiB of memory for all its processes together, "
-                  f"{PROCESSES} processes and threads" if self.memory_capped else
-                  f"{2 * MEMORY_BYTES >> 30} GiB of address space per process (not root: no "
-                  f"control group)")
-        return (f"each student's code ran with {memory}, files up to {FILE_BYTES >> 20} MiB, "
-                f"as the grader's own user")
-
-    def spec(self) -> dict:
-        return {"cgroups": list(self.cgroups), "limits": limits(self.memory_capped)}
-
-    def environment(self) -> dict:
-        return {ENV: json.dumps(self.spec())}
+        parts = []
+        if "memory" in self.capped:
+            parts.append(f"{MEMORY_BYTES >> 30} GiB of memory for all its processes together")
+        else:
+            parts.append(f"{2 * MEMORY_BYTES >> 30} GiB of data per process")
+        if "processes" in self.capped:
+            parts.append(f"{PROCESSES} processes and threads")
+        parts.append(f"files up to {FILE_BYTES >> 20} MiB")
+        held = ("in a control group, whose processes were all killed when it was done"
+                if self.cgroups else "no control group (not root): its processes were "
+                "found and killed by a marker in their environment, which a process can clear")
+        return f"each student's code ran with {', '.join(parts)}; {held}"
 
     def processes(self) -> list[int]:
         found = set()
@@ -108,9 +122,17 @@ class Sandbox:
         return sorted(found - {os.getpid()})
 
     def kill_all(self) -> int:
-        """Kill every process in the sandbox's control groups; how many there were."""
+        """Close the groups to new processes, kill every process in them; how many."""
+        for folder in self.cgroups:
+            for closing in ("cgroup.kill", "pids.max"):  # v2's kill, or no more forks
+                path = Path(folder, closing)
+                if path.exists():
+                    try:
+                        path.write_text("1" if closing == "cgroup.kill" else "0")
+                    except OSError:
+                        pass
         left = self.processes()
-        for _ in range(40):
+        for _ in range(100):
             pids = self.processes()
             if not pids:
                 break
@@ -122,52 +144,37 @@ class Sandbox:
             time.sleep(0.05)
         return len(left)
 
-    def remove(self) -> None:
+    def remove(self) -> list[str]:
+        """Kill what is left, remove the groups; the groups that could not be removed."""
         self.kill_all()
-        for folder in self.cgroups:
-            _remove_cgroup(Path(folder))
+        return [folder for folder in self.cgroups if not _remove_cgroup(Path(folder))]
 
     def describe_and_remove(self) -> str:
-        """What a sandbox made here gives (the grader says it once, before the class)."""
         try:
             return self.describe()
         finally:
             self.remove()
 
 
-def remove_left_over(name: str, pid: int) -> None:
-    """The control groups of the sandbox `name` that process `pid` made and could not
-    remove (it was killed): their processes killed, the groups removed."""
-    Sandbox(name, tuple(str(parent / f"{CGROUP_PREFIX}{name}-{pid}")
-                        for parent in _cgroup_parents()
-                        if (parent / f"{CGROUP_PREFIX}{name}-{pid}").exists())).remove()
-
-
-def _remove_cgroup(folder: Path) -> None:
-    for _ in range(40):  # a killed process leaves its group a moment later
+def _remove_cgroup(folder: Path) -> bool:
+    for _ in range(100):  # a killed process leaves its group a moment later
         try:
             folder.rmdir()
-            return
+            return True
         except FileNotFoundError:
-            return
+            return True
         except OSError:
             time.sleep(0.05)
+    return False
 
 
-def limits(memory_capped: bool) -> dict:
-    """Resource limits for every process of the sandbox (what a control group does not
-    already cap)."""
-    found = {"RLIMIT_FSIZE": FILE_BYTES, "RLIMIT_CORE": 0}
-    if not memory_capped:
-        found["RLIMIT_AS"] = 2 * MEMORY_BYTES  # per process: address space, not memory
-    return found
-
-
-def wrap_command(spec: dict, argv: list[str]) -> list[str]:
-    """A cold kernel's command under the same limits (prlimit, from util-linux); its
-    control groups are not joined."""
-    flags = {"RLIMIT_FSIZE": "--fsize", "RLIMIT_CORE": "--core", "RLIMIT_AS": "--as"}
-    limited = [f"{flags[name]}={value}" for name, value in spec.get("limits", {}).items()]
-    if limited and shutil.which("prlimit"):
-        return ["prlimit", *limited, "--", *argv]
-    return list(argv)
+def remove_stale() -> list[str]:
+    """The groups of graders that were killed (the grader's pid ends the group's name, and
+    it is gone): emptied and removed."""
+    stale = []
+    for parent in _cgroup_parents():
+        for folder in parent.glob(f"{CGROUP_PREFIX}*"):
+            owner = folder.name.rsplit("-", 1)[-1]
+            if folder.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
+                stale.append(str(folder))
+    return Sandbox("stale", tuple(stale)).remove()

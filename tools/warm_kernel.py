@@ -8,18 +8,16 @@ imports (tools/zygote.py, `start_kernel`, KERNEL_PRELOAD): the kernel is then th
 `python -m ipykernel_launcher ...` would have started, as a warm worker is the process
 `python -u SCRIPT` would have. Where no warm kernel can be had (not Linux,
 DDP_COURSE_COLD_LAUNCH=1, no C compiler), it starts the kernel as usual. JupyterLab
-(`make lab`) starts its kernels as usual. A student's kernel under `make grade` takes its
-limits (tools/sandbox.py) from the environment.
+(`make lab`) starts its kernels as usual.
 """
 
 from __future__ import annotations
 
-import json
 import os
 
 from jupyter_client.manager import AsyncKernelManager
 
-from tools import sandbox, zygote
+from tools import zygote
 
 
 class WarmKernelManager(AsyncKernelManager):
@@ -28,8 +26,6 @@ class WarmKernelManager(AsyncKernelManager):
         env["JPY_PARENT_PID"] = str(os.getpid())  # as jupyter_client's launch_kernel sets it
         process = zygote.start_kernel(list(kernel_cmd), env, kw.get("cwd") or os.getcwd())
         if process is None:
-            if env.get(zygote.SANDBOX):  # `make grade`: a student's kernel, started cold
-                kernel_cmd = sandbox.wrap_command(json.loads(env[zygote.SANDBOX]), kernel_cmd)
             await super()._async_launch_kernel(kernel_cmd, **kw)
             return
         provisioner = self.provisioner

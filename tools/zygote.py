@@ -94,9 +94,6 @@ READ_WHEN_USED = ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE", "GLOO_SOCKE
 # A running server's socket, for the launchers of child processes (the lessons' kernels
 # under `make course` and `make test`): they use it instead of starting their own.
 SHARED = "DDP_COURSE_ZYGOTE"
-# `make grade`: the limits and control groups of a student's processes (tools/sandbox.py),
-# which a process forked for a request whose environment names them takes first
-SANDBOX = "DDP_GRADE_SANDBOX"
 # What torchrun adds for each worker, read when the worker uses it (not at import).
 WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
                     "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE",
@@ -571,8 +568,6 @@ def become(request: dict):
     for name, (variables, tempdir) in _Serving.import_again.items():
         _hide(name, variables, tempdir)
     _inherit(request.get("process", {}))
-    if env.get(SANDBOX):  # a graded student's kernel, or a launch of its (tools/sandbox.py)
-        enter_sandbox(json.loads(env[SANDBOX]))
     _new_stdio(bool(request.get("unbuffered")) or bool(env.get("PYTHONUNBUFFERED")))
     _fresh_main()
     _forget_tools()
@@ -594,21 +589,6 @@ def become(request: dict):
     sys.argv = [request["script"], *request["args"]]
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     return ("run_file", path)
-
-
-def enter_sandbox(spec: dict) -> None:
-    """Before a graded student's kernel runs anything (tools/sandbox.py): join the control
-    groups, set the resource limits."""
-    import resource
-
-    for folder in spec.get("cgroups", []):
-        with open(os.path.join(folder, "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
-    for name, value in spec.get("limits", {}).items():
-        kind = getattr(resource, name)
-        _, hard = resource.getrlimit(kind)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(kind, (value, value))
 
 
 def _script_path(script: str) -> str:
