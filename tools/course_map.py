@@ -138,16 +138,18 @@ def markdown(link_prefix: str = "") -> str:
              "", "| lesson | what you get | reading | run |", "|---|---|---|---|"]
     lines += [f"| {link(r)} | {r['why']} | {r['minutes']} min | {_seconds(r['seconds'])} |"
               for r in core]
+    first, last = core[0], core[-1]
+    lines += ["", f"**Short of time?** Read {link(first)}, then {link(last)} (about "
+              f"{first['minutes'] + last['minutes']} minutes); each piece of the script names "
+              "the lesson that explains it."]
     lines += ["", "**Topics, when you need them:**", "",
               "| topic | lesson | take it for | reading | run |", "|---|---|---|---|---|"]
     for group, _ in topics():
         for i, r in enumerate(r for r in found if r["group"] == group):
             lines.append(f"| {group if i == 0 else ''} | {link(r)} | {r['why']} | "
                          f"{r['minutes']} min | {_seconds(r['seconds'])} |")
-    lines += ["", "Files are numbered in this order, each topic part in its own tens. Reading: "
-              "text at 200 words a minute, code at 100; deep dives, folded code, checks and "
-              "exercises not counted. Run: "
-              "seconds on 2 CPU cores (`make bench`)."]
+    lines += ["", "Reading: text at 200 words a minute, code at 100; deep dives, folded code, "
+              "checks and exercises not counted. Run: seconds on 2 CPU cores (`make bench`)."]
     return "\n".join(lines)
 
 
