@@ -6,7 +6,8 @@ Several machines: the same command on each, all pointing at one of them, with --
 a filesystem that every machine sees (rank 0 writes the checkpoint, every rank reads it):
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-id=job1 --rdzv-backend=c10d \\
         --rdzv-endpoint=node0.example.com:29400 train.py --out /shared/run
-Started again with the same --out, it resumes from the last checkpoint, exactly (if your
+Started again with the same --out, it resumes from the last checkpoint, exactly (on GPUs
+with --exact; if your
 dataset draws random numbers in DataLoader workers, seed them from the epoch and the
 sample's index, or a resumed epoch's workers draw others). To let
 torchrun restart it after a crash, add --max-restarts=3 and set
@@ -34,6 +35,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 from torch.utils.tensorboard import SummaryWriter
@@ -60,12 +62,14 @@ def arguments():
     p.add_argument("--save-every", type=int, default=20, help="steps between checkpoints")
     p.add_argument("--log-every", type=int, default=10, help="steps between loss all-reduces")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--exact", action="store_true",
+                   help="deterministic kernels and no TF32, to compare runs number for number")
     p.add_argument("--crash-at-step", type=int, default=-1,  # delete it from your copy
                    help="a drill for the lesson: rank 1 dies at this step, first attempt")
     return p.parse_args()
 
 
-def setup():
+def setup(exact=False):
     """Join the job torchrun started; one device per process."""
     local_rank = int(os.environ["LOCAL_RANK"])
     timeout = datetime.timedelta(minutes=10)  # how long a collective waits for a rank
@@ -73,6 +77,12 @@ def setup():
     # group alive past destroy_process_group, and a rank can abort at exit (torch 2.13,
     # lesson 13). Imported first, it does not.
     import torch._dynamo  # noqa: F401
+    if exact:  # the same numbers run after run, whatever the micro-batch; slower on GPUs
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.conv.fp32_precision = "ieee"  # not TF32, cuDNN's default
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
     if torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
             raise SystemExit(f"local rank {local_rank}, but {torch.cuda.device_count()} "
@@ -157,7 +167,7 @@ def save(path, model, optimizer, scheduler, scaler, step, log, run, device):
 
 
 def load(path, model, optimizer, scheduler, scaler, run, device):
-    # Tensors stay on the CPU: random states must; load_state_dict copies the rest over.
+    # Onto the CPU: saved from rank 0's GPU, every rank would load it onto that GPU.
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if checkpoint["run"] != run:
         raise SystemExit(f"{path} is of another run: {checkpoint['run']}; this one: {run}. "
@@ -199,12 +209,13 @@ def validate(model, dataset, device, batch):
     return {"loss": loss / samples, "accuracy": correct / samples, "samples": int(samples)}
 
 
+@record  # torchrun's failure report then holds the exception (lesson 01)
 def main():
     args = arguments()
     if "LOCAL_RANK" not in os.environ:  # started by plain python: say how, lose nothing
         raise SystemExit(f"{sys.argv[0]}: start it with torchrun, for example\n"
                          f"  torchrun --standalone --nproc-per-node=2 {sys.argv[0]}")
-    device = setup()
+    device = setup(args.exact)
     rank, world = dist.get_rank(), dist.get_world_size()
     micro = args.batch // (world * args.accumulate)  # samples per rank per forward
     if micro * world * args.accumulate != args.batch:
@@ -265,6 +276,7 @@ def main():
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         # The loader draws its workers' seeds (and, without workers, one number) from its
         # generator: from (seed, rank, epoch), the same after a resume.
+        # (1_000_003: more than any number of epochs, so no two (rank, epoch) share a seed)
         loader.generator.manual_seed(args.seed + 1_000_003 * (rank + 1) + epoch)
         sampler.start = (step % steps_per_epoch) * args.accumulate * micro
         batches = iter(loader)
