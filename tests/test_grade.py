@@ -479,6 +479,18 @@ def test_the_class_is_graded_against_the_instructors_copy(graded_class):
     assert re.search(r"^dee\s+1/3\s+-/\d+\s", table, re.M), table
     for student in ("ada", "ben", "cy", "dee"):
         assert (out / "feedback" / f"{student}.html").is_file()
+    totals = {r["student"]: r for r in csv.DictReader((out / "totals.csv").open())}
+    assert set(totals) == {"ada", "ben", "cy", "dee"}
+    assert totals["ada"]["points"] == totals["ada"]["max_points"] != "0"
+    assert float(totals["cy"]["points"]) == sum(float(r["points"]) for r in rows
+                                                if r["student"] == "cy")
+    report = (out / "report.md").read_text()
+    cy_part = report[report.index("**cy**"):report.index("**dee**")]
+    assert f"visible passed, hidden failed: 03_ddp_training exercise {script}" in cy_part
+    assert "tampering: 02_devices: exercise 1: its check cell was changed" in report
+    assert "**ada**" not in report and "**ben**" not in report  # nothing to note
+    assert re.search(r"^\| 02_devices \| 2 \(physical_gpu\) \| check \| 1 \| 2 \| 1 \| 0 \|",
+                     report, re.M), report
 
 
 # Cheats: what one student's code may not do to the class ---------------------------------
@@ -557,6 +569,17 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     left = subprocess.run(["pgrep", "-f", "sleep 4321"], capture_output=True, text=True)
     assert left.stdout == "", "a process left by a student outlived grading"
     assert "limits: each student's code ran with" in done.stdout
+    report = (out / "report.md").read_text()
+    noted = {s: report[report.index(f"**{s}**"):].split("\n- **")[0]
+             for s in ("1-tom", "2-mal", "5-kai")}
+    assert "touches Python's start-up files" in noted["1-tom"], report
+    assert "changed the instructor's course" in noted["1-tom"], report
+    assert "sends signals to processes" in noted["2-mal"], report
+    assert "reads other processes (/proc)" in noted["2-mal"], report
+    assert "rebinds `AssertionError`" in noted["5-kai"], report
+    assert "**4-ada**" not in report and "**3-eve**" not in report, report
+    totals = {r["student"]: r for r in csv.DictReader((out / "totals.csv").open())}
+    assert totals["4-ada"]["percent"] == "100.0" and totals["2-mal"]["points"] == "0"
     # stopped and started again: nothing is graded twice
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
@@ -564,3 +587,76 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 4
     assert "\n# 2-mal\n" in again.stdout
     assert list(csv.DictReader((out / "gradebook.csv").open())) == rows
+
+
+# The values of the lessons' experiments: the instructor's, as data ------------------------
+
+FORGER = """import copy, json
+from pathlib import Path
+from tools.grade_kernel import to_json
+fake = copy.deepcopy(plain)  # the plain run's weights, all zero: a check against them fails
+fake.data["weights"] = [0.0] * len(fake.data["weights"])
+forged = json.dumps(to_json({"plain": fake}))
+work = Path.cwd().parents[1]  # --out's work folder: every student's course and cache
+planted = 0
+for folder in [work, *(p for p in work.rglob("*") if p.is_dir())]:
+    for name in ("00_ddp_in_ten_minutes-7.json", "00_ddp_in_ten_minutes-7.pickle"):
+        try:
+            (folder / name).write_text(forged)
+            planted += 1
+        except OSError:
+            pass
+print(f"forged values planted in {planted} places")
+"""
+
+
+def test_the_experiments_values_come_from_the_instructors_run_as_data(tmp_path):
+    """Two students of lesson 00: the plain run, which no answer changes, runs once with the
+    instructor's notebooks and reaches each student's run from the grader's memory. The first
+    student's answer writes forged values (the plain run's weights zeroed, encoded as the
+    grader encodes them) into every folder it can reach; the second student's checks, which
+    compare with the plain run, still pass."""
+    klass = tmp_path / "class"
+    for student in ("1-zed", "2-ada"):
+        (klass / student).mkdir(parents=True)
+        nb = teacher_notebook("00_ddp_in_ten_minutes")
+        if student == "1-zed":
+            solution = nb.cells[exercise_list(nb)[-1].solution]
+            solution.source = FORGER + solution.source
+        nbformat.write(nb, klass / student / "00_ddp_in_ten_minutes.ipynb")
+    out = tmp_path / "out"
+    done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade",
+                           str(klass), "--lessons", "00_ddp_in_ten_minutes", "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "# the instructor's answers: the lessons' experiments" in done.stdout
+    executed = {s: (out / "executed" / s / "00_ddp_in_ten_minutes.ipynb").read_text()
+                for s in ("1-zed", "2-ada")}
+    assert re.search(r"forged values planted in [1-9]\d* places", executed["1-zed"])
+    for text in executed.values():  # the plain run and the DDP run, not run again
+        assert text.count("the values it assigns, from the instructor's run") == 2, text
+    rows = list(csv.DictReader((out / "gradebook.csv").open()))
+    assert {r["student"] for r in rows} == {"1-zed", "2-ada"}  # the reference is no student
+    for student in ("1-zed", "2-ada"):
+        assert {r["status"] for r in rows if r["student"] == student} == {"passed"}, rows
+
+
+def test_values_decode_as_data_only():
+    import json
+
+    from tools.grade_kernel import from_json, to_json
+    from tools.launch import LaunchResult
+
+    run = LaunchResult("torchrun x.py", 0, "out\n", 1.5, data={"ranks": [{"a": 1}]},
+                       stderr_by_rank={0: "err"})
+    values = {"run": run, "pair": (1, 2.5), "seen": {3}, "raw": b"\0x", "z": 1j,
+              "keys": {1: "one", (2, 3): "two"}, "__x": None}
+    assert from_json(json.loads(json.dumps(to_json(values)))) == values
+    for bad in ({"__record__": "os:system", "fields": {}},  # not the course's
+                {"__record__": "tools.launch:Path", "fields": {}},  # not a dataclass
+                {"__record__": "tools.launch:LaunchResult", "fields": {"evil": 1}},
+                {"__reduce__": ["os.system", ["true"]]}):
+        with pytest.raises(ValueError):
+            from_json(bad)
+    with pytest.raises(TypeError):
+        to_json({"f": print})

@@ -59,7 +59,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools import course, sandbox
+from tools import course, grade_kernel, sandbox
 from tools.course import (
     CELL_TIMEOUT_S,
     DEFAULT_WORLD_SIZE,
@@ -312,6 +312,15 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                 assigned = tuple(sorted(names(source)[0] & read_later))
                 extra = f", {f'{stem}-{index}'!r}, {assigned!r}"
             cells.append(_code(f"__grader__.cell({label!r}, {source!r}{extra})", index))
+    for kind, index, source, owner in sequence:  # what the student's code reaches for
+        if kind == "solution" and source:
+            where = f"exercise {owner.number}'s answer"
+            found = suspicious(source, teacher.cells[index].source)
+        elif kind == "added":
+            where, found = f"your cell {owner}", suspicious(source)
+        else:
+            continue
+        notes += [f"your code {what} ({where})" for what in found]
     nb = copy.deepcopy(teacher)
     nb.cells = cells
     untouched = {ex.number for ex in exercises  # (a self-check's "teacher" has no solution)
@@ -342,13 +351,43 @@ def _note_tampering(teacher, student_by_id, ex, notes) -> None:
                          f"instructor's check ran")
 
 
+# What a student's code reaches for, read from its source (the report's "tampering found")
+SUSPICIOUS = (
+    (r"__grader__|grade_kernel|KernelGrader|tools\.grade\b", "uses the grader's own code "
+     "(`__grader__`, tools/grade_kernel.py)"),
+    (r"\bbuiltins\b|__builtins__", "reaches `builtins`"),
+    (r"\bAssertionError\s*=[^=]", "rebinds `AssertionError`"),
+    (r"\bos\.kill\b|\bkillpg\b|\bpthread_kill\b|\bpkill\b|\bkillall\b|signal\.SIGKILL",
+     "sends signals to processes"),
+    (r"/proc\b|\bpsutil\b", "reads other processes (/proc)"),
+    (r"\bsys\.modules\b|\bgc\.get_(?:referrers|objects)\b|\bctypes\b|\bsys\._getframe\b"
+     r"|\binspect\.(?:currentframe|stack)\b", "reaches into the interpreter"),
+    (r"\bsysconfig\b|site-packages|\.pth\b|sitecustomize", "touches Python's start-up files"),
+    (r"(?<![\w.])\.\.(?=[/\\'\"])|\.parents\[", "uses a path out of its folder (`..`, "
+     "`.parents[...]`)"),
+)
+
+
+def suspicious(source: str, instructors: str = "") -> list[str]:
+    """What `source` (a student's code) reaches for that the instructor's answer to the
+    same exercise does not: a reading of the source, for the instructor to look at (it
+    proves nothing, and a determined cheat can hide from it; the grader's defences do not
+    rely on it). A `%%writefile` line is the lesson's own."""
+    def body(text):
+        return "\n".join(line for line in (text or "").splitlines()
+                         if not line.startswith("%%writefile"))
+    mine, theirs = body(source), body(instructors)
+    return [what for pattern, what in SUSPICIOUS
+            if re.search(pattern, mine) and not re.search(pattern, theirs)]
+
+
 # Running one lesson ------------------------------------------------------------------------
 
 def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine: Path,
                  protected: dict, out_dir: Path, world_size: int = DEFAULT_WORLD_SIZE,
                  timeout: float = EXERCISE_TIMEOUT_S,
                  lesson_timeout: float = LESSON_TIMEOUT_S,
-                 cache: Path | None = None) -> LessonGrade:
+                 cache: Path | None = None, write_cache: bool = False) -> LessonGrade:
     """Execute one student's lesson in `course` (a stubbed copy of the course) and grade
     it. Raises only when the grader cannot run (an unreadable instructor's notebook, a
     kernel that never starts). Whatever the lesson started is killed before it returns."""
@@ -373,7 +412,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     plan = plan_lesson(teacher, student, "", stem)
     setup += (f"__grader__ = _KernelGrader({str(results)!r}, {timeout!r}, {lesson_timeout!r},"
               f" {str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
-              f"{str(cache or '')!r}, {cell_backstop()!r})\n"
+              f"{str(cache or '')!r}, {cell_backstop()!r}, {write_cache!r})\n"
               "del _sys, _KernelGrader")
     plan.notebook.cells[0].source = setup
     start = time.monotonic()
@@ -564,7 +603,10 @@ def prepare_course(build: Path, teacher_lessons: list[Path]) -> tuple[Path, dict
 
 
 def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[Path],
-                  pristine: Path, protected: dict, out: Path, args, notes=()) -> list:
+                  pristine: Path, protected: dict, out: Path, args, notes=(),
+                  cache: Path | None = None, write_cache: bool = False) -> list:
+    """`cache`: the instructor's run writes the values of the lessons' experiments there
+    (`write_cache`); a student's run reads them there."""
     course = out / "work" / _safe(name)
     if course.exists():
         shutil.rmtree(course)
@@ -582,11 +624,9 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
                                f"not graded on this machine: {reason}; grade it where it "
                                f"runs (Linux, as root)")
             else:
-                cache = out / "work" / f"cache-{args.world_size}"
-                cache.mkdir(parents=True, exist_ok=True)
                 grade = grade_lesson(teacher, notebooks[stem], course, pristine, protected,
                                      out / "executed" / _safe(name), args.world_size,
-                                     args.timeout, args.lesson_timeout, cache)
+                                     args.timeout, args.lesson_timeout, cache, write_cache)
             if stem == teacher_lessons[0].stem:
                 grade.notes = list(notes) + grade.notes
             grades.append(grade)
@@ -712,14 +752,26 @@ def main(argv=None) -> int:
     pristine, protected = prepare_course(out / "work", teacher_lessons)
     pristine_digests = digests(pristine)
     gradebook_rows = {}
+
+    def lessons_for(notebooks):
+        if all(p.is_file() for p in paths):  # notebooks named one by one: those only
+            return [t for t in teacher_lessons if t.stem in notebooks]
+        return teacher_lessons
+
     try:
+        # to grade now (not kept from an earlier run): two or more share the values of the
+        # lessons' experiments, run once with the instructor's notebooks
+        pending = [t for name, notebooks, _ in class_ for t in lessons_for(notebooks)
+                   if t.stem in notebooks and (args.fresh or load_kept(
+                       out, name, signature(notebooks, lessons_for(notebooks), args)) is None)]
+        cache = {}
+        if len(pending) > len(set(pending)):
+            cache = reference_values(sorted(set(pending)), pristine, protected, out, args)
         for name, notebooks, notes in class_:
             if not notebooks and not notes:
                 notes = ["no notebooks handed in"]
             notes = list(notes)
-            lessons_here = teacher_lessons
-            if all(p.is_file() for p in paths):  # notebooks named one by one: those only
-                lessons_here = [t for t in teacher_lessons if t.stem in notebooks]
+            lessons_here = lessons_for(notebooks)
             changed = [p for p in notebooks.values() if _read(p) != handed_in[p]]
             for path in changed:  # another student's code changed this hand-in
                 path.write_bytes(handed_in[path])
@@ -736,7 +788,7 @@ def main(argv=None) -> int:
                 print(f"# {name}", flush=True)
                 start = time.monotonic()
                 grades, finished = grade_in_child(name, notebooks, lessons_here, pristine,
-                                                  protected, out, args, notes)
+                                                  protected, out, args, notes, cache=cache)
                 without_hidden_sources(out / "executed" / _safe(name))
                 # what this student's code changed for the next ones, found and put back
                 changed = course_files.restore() + site.restore() + [
@@ -757,11 +809,15 @@ def main(argv=None) -> int:
             gradebook.write_feedback(out / "feedback" / f"{_safe(name)}.html", name,
                                      gradebook_rows[name][0])
             gradebook.write_csv(out / f"gradebook{suffix}.csv", gradebook_rows)  # as it goes
+            gradebook.write_totals(out / f"totals{suffix}.csv", gradebook_rows)
+            gradebook.write_report(out / f"report{suffix}.md", gradebook_rows)
     finally:
         shutil.rmtree(out / "work", ignore_errors=True)
     print()
     print(gradebook.table(gradebook_rows, [p.stem for p in teacher_lessons]))
-    print(f"\ngradebook: {out / f'gradebook{suffix}.csv'}; feedback: {out / 'feedback'}/")
+    print(f"\ngradebook: {out / f'gradebook{suffix}.csv'}; totals (for an LMS): "
+          f"{out / f'totals{suffix}.csv'}; report: {out / f'report{suffix}.md'}; feedback: "
+          f"{out / 'feedback'}/")
     print(f"limits: {sandbox.Sandbox.make(f'probe-{os.getpid()}').describe_and_remove()}")
     complete = all(p.status == "passed" for grades, _ in gradebook_rows.values()
                    for g in grades for p in g.parts if g.status != "not graded")
@@ -892,12 +948,14 @@ def load_kept(out: Path, name: str, key: str):
     return None
 
 
-def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args, notes):
+def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args, notes,
+                   reference: Path | None = None, cache: dict | None = None):
     """grade_student in a process of its own, in a session of its own and in the student's
     sandbox (tools/sandbox.py): a student's code that kills its parent, or the whole
     session, ends that process, not the class's run. Returns (grades, finished): the
     grades it sent back over a pipe of its own when it exited with status 0, else every
-    part failed, saying why, and finished False."""
+    part failed, saying why, and finished False. `reference`: the folder where the
+    instructor's run writes its experiments' values; `cache`: those values, for a student's."""
     work = out / "work"
     job = work / f"{_safe(name)}.job.json"
     job.write_text(json.dumps({
@@ -905,7 +963,8 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
         "lessons": [str(p) for p in lessons_here], "pristine": str(pristine),
         "protected": protected, "out": str(out), "notes": list(notes),
         "world_size": args.world_size, "timeout": args.timeout,
-        "lesson_timeout": args.lesson_timeout, "cell_timeout": course.CELL_TIMEOUT_S}))
+        "lesson_timeout": args.lesson_timeout, "cell_timeout": course.CELL_TIMEOUT_S,
+        "reference": str(reference or ""), "cache": cache or {}}))
     limit = len(lessons_here) * (args.lesson_timeout + 120) + 120
     box = sandbox.Sandbox.make(f"{_safe(name)}-{os.getpid()}")
     reading, writing = os.pipe()
@@ -949,10 +1008,53 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
                      f"grading stopped: the grading process {why} (your code may have "
                      f"stopped it)") for t in lessons_here]
     from tools.gradebook import print_lesson
-    for grade in grades:
+    for teacher, grade in zip(lessons_here, grades):
         grade.status = "graded"
+        try:  # what its code reaches for, read here: the grading process sent nothing
+            student = nbformat.read(notebooks[teacher.stem], as_version=4)
+            plan = plan_lesson(nbformat.read(teacher, as_version=4), student, "", teacher.stem)
+            grade.notes += [n for n in plan.notes if n.startswith("your code ")]
+        except Exception:  # noqa: BLE001 (unreadable, or not handed in: said elsewhere)
+            pass
         print_lesson(name, grade)
     return grades, False
+
+
+REFERENCE = "the instructor's answers"
+CACHE_FILE = re.compile(r"^[\w.-]+\.json$")
+
+
+def reference_values(lessons: list[Path], pristine: Path, protected: dict, out: Path,
+                     args) -> dict[str, str]:
+    """The lessons graded once with the instructor's notebooks, before any student's code
+    runs: the values of their experiments that no answer changes, as JSON text by file
+    name, each checked to decode as data (grade_kernel.from_json). Every student's run gets
+    them from this process's memory, so no student's code can change another's."""
+    folder = out / "work" / f"reference-{args.world_size}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    print(f"# {REFERENCE}: the lessons' experiments, run once for every student", flush=True)
+    grades, _ = grade_in_child(REFERENCE, {t.stem: t for t in lessons}, lessons, pristine,
+                               protected, out, args, [], reference=folder)
+    failed = [f"{g.name} exercise {p.exercise} {p.part}" for g in grades for p in g.parts
+              if p.status != "passed"]
+    if failed:
+        print(f"grade: the instructor's answers failed {len(failed)} part(s) "
+              f"({', '.join(failed[:4])}): check the notebooks", file=sys.stderr)
+    values = {}
+    for path in sorted(folder.iterdir()):
+        try:
+            if not CACHE_FILE.match(path.name) or not path.is_file() or path.is_symlink():
+                raise ValueError("not a file of values")
+            text = path.read_text()
+            grade_kernel.from_json(json.loads(text))
+            values[path.name] = text
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            print(f"grade: {path.name} from the instructor's run not used: {error}",
+                  file=sys.stderr)
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(out / "executed" / _safe(REFERENCE), ignore_errors=True)
+    return values
 
 
 def _read_all(fd: int) -> str:
@@ -971,14 +1073,23 @@ def _one_student(job_path: Path, result_fd: int) -> int:
     course.CELL_TIMEOUT_S = job["cell_timeout"]
     args = argparse.Namespace(world_size=job["world_size"], timeout=job["timeout"],
                               lesson_timeout=job["lesson_timeout"])
+    cache = Path(job["reference"]) if job["reference"] else None
+    if job["cache"]:  # the instructor's values, in a folder of this student's own
+        cache = Path(tempfile.mkdtemp(prefix="cache-", dir=Path(job["out"]) / "work"))
+        for file, text in job["cache"].items():
+            (cache / file).write_text(text)
     try:
         grades = grade_student(job["name"], {s: Path(p) for s, p in job["notebooks"].items()},
                                [Path(p) for p in job["lessons"]], Path(job["pristine"]),
-                               job["protected"], Path(job["out"]), args, job["notes"])
+                               job["protected"], Path(job["out"]), args, job["notes"],
+                               cache, write_cache=bool(job["reference"]))
     except Exception as error:  # the grader itself failed on this student
         print(f"grade: could not grade {job['name']}: {type(error).__name__}: {error}",
               file=sys.stderr)
         return 2
+    finally:
+        if job["cache"]:
+            shutil.rmtree(cache, ignore_errors=True)
     with os.fdopen(result_fd, "w") as result:  # a pipe only the class's run reads
         result.write("\n" + json.dumps(_to_json(grades)) + "\n")
     return 0

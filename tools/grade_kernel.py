@@ -8,10 +8,12 @@ machine). tools/grade.py is the part that runs outside.
 from __future__ import annotations
 
 import ast
+import base64
+import dataclasses
 import hashlib
+import importlib
 import json
 import os
-import pickle
 import re
 import shutil
 import signal
@@ -46,7 +48,8 @@ class KernelGrader:
 
     def __init__(self, results: str, timeout: float, lesson_timeout: float,
                  course: str = "", pristine: str = "", protected: dict | None = None,
-                 own_files: tuple = (), cache: str = "", backstop: float | None = None):
+                 own_files: tuple = (), cache: str = "", backstop: float | None = None,
+                 write_cache: bool = False):
         self.results, self.timeout = Path(results), timeout
         self.lesson_timeout = lesson_timeout
         self.deadline = time.monotonic() + lesson_timeout
@@ -56,7 +59,9 @@ class KernelGrader:
         self.course, self.pristine = Path(course), Path(pristine)
         self.protected = protected or {}
         self.own_files = tuple(own_files)  # the learner's scripts, for "in your code"
-        self.cache = Path(cache) if cache else None  # lesson runs no answer changes
+        # the values of the lesson's experiments that no answer changes: written by the
+        # instructor's run (write_cache), read by every student's
+        self.cache, self.write_cache = (Path(cache) if cache else None), write_cache
         self._expiring: BaseException | None = None
         # papermill interrupts a cell past this (a KeyboardInterrupt); one raised sooner
         # came from the learner's code, and fails only what it was raised in
@@ -176,23 +181,31 @@ class KernelGrader:
     def cell(self, label: str, source: str, key: str = "", names: tuple = ()) -> None:
         """A cell that is no exercise ("lesson cell 12", or "your cell 21", one the learner
         added): its failure is noted, and the lesson goes on. A lesson's experiment that no
-        answer changes (`key`) runs for the first student only: the values it assigns
-        (`names`) are kept, when they are plain data, and given to the next students."""
+        answer changes (`key`) runs in the instructor's run, which keeps the values it
+        assigns (`names`) as JSON when they are plain data; a student's run takes them from
+        there instead of running it (decoded by `from_json`: data, never code)."""
         namespace = get_ipython().user_ns  # noqa: F821 (the kernel's own)
-        kept = self.cache / f"{key}.pickle" if key and self.cache else None
-        if kept is not None and kept.exists():
-            namespace.update(pickle.loads(kept.read_bytes()))
-            print(f"{label}: the values it assigns, from an earlier student's run")
-            return
+        kept = self.cache / f"{key}.json" if key and self.cache else None
+        if kept is not None and not self.write_cache and kept.is_file():
+            try:
+                values = from_json(json.loads(kept.read_text()))
+                if not isinstance(values, dict) or not set(values) <= set(names):
+                    raise ValueError(f"names {sorted(values)} for {sorted(names)}")
+            except (OSError, ValueError, TypeError, KeyError) as error:
+                print(f"{label}: the instructor's values are unreadable ({error}): run here")
+            else:
+                namespace.update(values)
+                print(f"{label}: the values it assigns, from the instructor's run")
+                return
         self._doing(label, source)
         start = time.monotonic()
         try:
             self._exec(source, f"<{label}>")
-            if kept is not None:
+            if kept is not None and self.write_cache:
                 values = {name: namespace[name] for name in names if name in namespace}
                 if all(plain(v) for v in values.values()):
                     temporary = kept.with_suffix(f".{os.getpid()}.tmp")
-                    temporary.write_bytes(pickle.dumps(values))
+                    temporary.write_text(json.dumps(to_json(values)))
                     os.replace(temporary, kept)
         except BaseException as error:  # noqa: BLE001
             if isinstance(error, (ExerciseTimeout, LessonTimeout)):
@@ -252,9 +265,10 @@ class KernelGrader:
 
 
 def plain(value, depth: int = 0) -> bool:
-    """Whether a value is data that a pickle keeps whole: numbers, strings, containers of
-    them, and the course's own records (a LaunchResult); not a path (the file behind it
-    may be gone for the next student), a figure, a module or a function."""
+    """Whether a value is data that `to_json` keeps whole: numbers, strings, containers of
+    them, and the course's own records (a LaunchResult, a dataclass of tools/); not a path
+    (the file behind it may be gone for the next student), a figure, a module or a
+    function."""
     if depth > 20:
         return False
     if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
@@ -263,9 +277,82 @@ def plain(value, depth: int = 0) -> bool:
         return all(plain(v, depth + 1) for v in value)
     if isinstance(value, dict):
         return all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
-    if type(value).__module__.startswith("tools.") and hasattr(value, "__dict__"):
+    if _record_class(type(value)):
         return all(plain(v, depth + 1) for v in vars(value).values())
     return False
+
+
+def _record_class(cls) -> bool:
+    """A dataclass of the course's own tools/ (LaunchResult): data, rebuilt field by field."""
+    return (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+            and cls.__module__.startswith("tools.") and "<" not in cls.__qualname__)
+
+
+def to_json(value):
+    """`value` (plain data, see `plain`) as JSON, its types kept: a one-key object tags
+    what JSON lacks (a tuple, a set, bytes, a complex number, a dict whose keys are not all
+    strings, a course record). Raises TypeError on anything else."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list):
+        return [to_json(v) for v in value]
+    if isinstance(value, tuple):
+        return {"__tuple__": [to_json(v) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"__set__": [to_json(v) for v in value]}
+    if isinstance(value, bytes):
+        return {"__bytes__": base64.b64encode(value).decode()}
+    if isinstance(value, complex):
+        return {"__complex__": [value.real, value.imag]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: to_json(v) for k, v in value.items()}
+        return {"__dict__": [[to_json(k), to_json(v)] for k, v in value.items()]}
+    if _record_class(type(value)):
+        cls = type(value)
+        return {"__record__": f"{cls.__module__}:{cls.__qualname__}",
+                "fields": {k: to_json(v) for k, v in vars(value).items()}}
+    raise TypeError(f"not plain data: {type(value).__name__}")
+
+
+def from_json(data):
+    """What `to_json` made, back: data only. A record is rebuilt only as a dataclass of
+    the course's tools/ and only with that class's own fields; anything else raises
+    ValueError (a pickle would run whatever code its bytes name)."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [from_json(v) for v in data]
+    if not isinstance(data, dict):
+        raise ValueError(f"not JSON data: {type(data).__name__}")
+    if len(data) == 1:
+        (tag, inner), = data.items()
+        if tag == "__tuple__":
+            return tuple(from_json(v) for v in inner)
+        if tag == "__set__":
+            return {from_json(v) for v in inner}
+        if tag == "__bytes__":
+            return base64.b64decode(inner, validate=True)
+        if tag == "__complex__":
+            return complex(*inner)
+        if tag == "__dict__":
+            return {from_json(k): from_json(v) for k, v in inner}
+    if set(data) == {"__record__", "fields"}:
+        module, _, name = str(data["__record__"]).partition(":")
+        if not module.startswith("tools.") or not name.isidentifier():
+            raise ValueError(f"not a record of the course: {data['__record__']!r}")
+        cls = getattr(importlib.import_module(module), name, None)
+        if not _record_class(cls):
+            raise ValueError(f"not a record of the course: {data['__record__']!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(data["fields"], dict) or not set(data["fields"]) <= fields:
+            raise ValueError(f"fields of {name}: {sorted(data['fields'])}")
+        record = object.__new__(cls)
+        record.__dict__.update({k: from_json(v) for k, v in data["fields"].items()})
+        return record
+    if any(k.startswith("__") for k in data):
+        raise ValueError(f"unknown tag in {sorted(data)[:3]}")
+    return {k: from_json(v) for k, v in data.items()}
 
 
 def compile_check(source: str, filename: str):

@@ -120,3 +120,91 @@ def write_feedback(path: Path, student: str, grades) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("<!doctype html><meta charset='utf-8'><title>Feedback: "
                     f"{e(student)}</title><style>{STYLE}</style>\n" + "\n".join(body) + "\n")
+
+
+# For the instructor: totals for an LMS, and a report ---------------------------------------
+
+TOTAL_COLUMNS = ("student", "points", "max_points", "percent")
+# notes that say a student's code or notebook did more than answer (tools/grade.py)
+TAMPERING = ("your code ", "check cell was changed", "check cell was deleted",
+             "lost its `check` tag", "tags on your own cells")
+
+
+def write_totals(path: Path, rows: dict) -> None:
+    """One line per student: the points over every lesson graded here (an LMS imports it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(TOTAL_COLUMNS)
+        for student, (grades, _) in rows.items():
+            got, possible = score(grades)
+            writer.writerow([student, _points(got), _points(possible),
+                             f"{100 * got / possible:.1f}" if possible else ""])
+
+
+def tampering(grades) -> list[str]:
+    """What a student's code or notebook did besides answering, as the grader noted it."""
+    return [f"{g.name}: {note}" for g in grades for note in g.notes
+            if any(mark in note for mark in TAMPERING)]
+
+
+def forged_visible(grades) -> list[str]:
+    """Exercises whose visible check passed and a hidden one failed: a near miss, or a
+    visible check passed by other means than a right answer."""
+    found = []
+    for g in grades:
+        by_exercise = {}
+        for p in g.parts:
+            by_exercise.setdefault(p.exercise, []).append(p)
+        for number, parts in by_exercise.items():
+            visible = [p for p in parts if p.part == "check"]
+            failed = [p for p in parts if p.part != "check" and p.status == "failed"]
+            if visible and visible[0].status == "passed" and failed:
+                found.append(f"{g.name} exercise {number} ({parts[0].name}): "
+                             + "; ".join(f"{p.part}: {p.message[:100]}" for p in failed))
+    return found
+
+
+def write_report(path: Path, rows: dict) -> None:
+    """The instructor's report: per student, the tampering noted and the exercises whose
+    visible check passed while a hidden one failed; per part of every exercise, how the
+    class did."""
+    def cell(text):
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"# Grading report: {len(rows)} student(s)", "",
+             "## Per student: tampering noted, visible passed and hidden failed", ""]
+    any_found = False
+    for student, (grades, _) in rows.items():
+        found = [f"tampering: {t}" for t in tampering(grades)]
+        found += [f"visible passed, hidden failed: {v}" for v in forged_visible(grades)]
+        if found:
+            any_found = True
+            lines += [f"- **{cell(student)}**"] + [f"  - {cell(f)}" for f in found]
+    if not any_found:
+        lines.append("Nothing noted.")
+    lines += ["", "## Per exercise", "",
+              "| lesson | exercise | part | passed | failed | not attempted | other | "
+              "median seconds | most common failure |", "|---|---|---|---|---|---|---|---|---|"]
+    parts: dict = {}
+    for grades, _ in rows.values():
+        for g in grades:
+            for p in g.parts:
+                parts.setdefault((g.name, p.exercise, p.name, p.part), []).append(p)
+    for (lesson, number, name, part), found in parts.items():
+        untried = [p for p in found if p.message.startswith("not attempted")]
+        failed = [p for p in found if p.status == "failed" and p not in untried]
+        passed = [p for p in found if p.status == "passed"]
+        other = len(found) - len(passed) - len(failed) - len(untried)
+        seconds = sorted(p.seconds for p in passed + failed)
+        median = f"{seconds[len(seconds) // 2]:.1f}" if seconds else ""
+        messages: dict = {}
+        for p in failed:
+            first = p.message[:80]
+            messages[first] = messages.get(first, 0) + 1
+        common = max(messages.items(), key=lambda m: m[1]) if messages else None
+        lines.append(f"| {lesson} | {number} ({cell(name)}) | {part} | {len(passed)} | "
+                     f"{len(failed)} | {len(untried)} | {other} | {median} | "
+                     + (f"{common[1]}x: {cell(common[0])}" if common else "") + " |")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
