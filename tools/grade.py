@@ -67,6 +67,7 @@ from tools.course import (
     execute,
     lessons,
     make_workspace,
+    uses_cluster,
     why_not_here,
 )
 from tools.exercises import (
@@ -142,6 +143,10 @@ class Plan:
     notes: list[str]
     own_files: tuple  # the scripts the student's answers write
     untouched: set = field(default_factory=set)  # exercises answered with the stub as it is
+    # the judge's cells (tools/judge.py): the lesson's cells the script exercises' checks
+    # need, and those checks; a "parameters" cell is followed by the run's world_size
+    judged: list = field(default_factory=list)  # (kind, source)
+    judged_exercises: set = field(default_factory=set)
 
 
 def normalized(source: str) -> str:
@@ -207,10 +212,14 @@ def _defines(source: str, answer: str) -> bool:
     return bool(wanted) and not mine and wanted <= names(source)[0]
 
 
-def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Plan:
+def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
+                judge: bool = False, not_judged: frozenset = frozenset()) -> Plan:
     """The notebook to execute: the instructor's cells that the exercises need, the
-    student's answers, and the student's own added cells that an answer needs."""
+    student's answers, and the student's own added cells that an answer needs. `judge`:
+    the checks of the script exercises go to the judge's cells instead (`Plan.judged`)."""
     exercises = exercise_list(teacher, strict=False)
+    judged = {ex.number for ex in exercises if judge and ex.number not in not_judged
+              and WRITEFILE.match(teacher.cells[ex.solution].source)}
     notes = []
     answers = match_solutions(teacher, student, exercises, notes)
     teacher_ids = {cell.get("id") for cell in teacher.cells}
@@ -252,6 +261,8 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                 answer = answers.get(ex.number)
                 sequence.append((kind, index, answer.source if answer else None, ex))
             elif kind != "check" or index == ex.checks[-1]:  # the visible checks as one
+                if kind == "check" and ex.number in judged:
+                    kind = "judged"
                 sequence.append((kind, index, cell.source, ex))
         for position, added in added_after.get(cell.get("id"), []):
             sequence.append(("added", None, added.source, position))
@@ -274,6 +285,11 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
     run = needed_cells(lesson_only, required)
     run |= needed_cells(sources, {k for k, (kind, *_) in enumerate(sequence)
                                   if kind == "solution"}, setup=False)
+    needed_here = {owner.number for k, (kind, _, _, owner) in enumerate(sequence)
+                   if kind == "judged" and k in run}
+    if needed_here:  # a cell of the kernel reads what such a check assigns: checked there
+        return plan_lesson(teacher, student, setup_source, stem, judge,
+                           not_judged | needed_here)
     # a lesson's experiment that needs no answer gives every student the same values
     answers_and_added = {k for k, (kind, *_) in enumerate(sequence)
                          if kind in ("solution", "added")}
@@ -296,14 +312,10 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                                f"notebook')", index))
         elif kind == "solution":
             cells.append(_code(f"__grader__.solution({owner.number}, {source!r})", index))
-        elif kind == "check":
-            ex = owner
-            _note_tampering(teacher, student_by_id, ex, notes)
-            visible = "\n".join(teacher.cells[j].source for j in ex.checks)
-            cells.append(_code(f"__grader__.part({ex.number}, 0, {visible!r})", index))
-            for h, j in enumerate(ex.hidden, start=1):
-                cells.append(_code(f"__grader__.part({ex.number}, {h}, "
-                                   f"{teacher.cells[j].source!r}, {visible!r})", j))
+        elif kind in ("check", "judged"):
+            _note_tampering(teacher, student_by_id, owner, notes)
+            if kind == "check":
+                cells += _check_calls(teacher, owner, index)
         else:
             label = f"your cell {owner}" if kind == "added" else f"lesson cell {index + 1}"
             extra = ""
@@ -312,6 +324,7 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                 assigned = tuple(sorted(names(source)[0] & read_later))
                 extra = f", {f'{stem}-{index}'!r}, {assigned!r}"
             cells.append(_code(f"__grader__.cell({label!r}, {source!r}{extra})", index))
+    judge_cells = _judge_cells(teacher, sequence, sources, stem) if judged else []
     for kind, index, source, owner in sequence:  # what the student's code reaches for
         if kind == "solution" and source:
             where = f"exercise {owner.number}'s answer"
@@ -328,7 +341,42 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson") -> Pl
                  and normalized(answers[ex.number].source)
                  == normalized(stub_source(teacher.cells[ex.solution].source))}
     return Plan(nb, _parts_of(teacher), notes, tuple(sorted(Path(t).name for t in targets)),
-                untouched)
+                untouched, judge_cells, judged)
+
+
+def _check_calls(teacher, ex, index) -> list:
+    """The grader's calls that run exercise `ex`'s visible check, then its hidden ones."""
+    visible = "\n".join(teacher.cells[j].source for j in ex.checks)
+    cells = [_code(f"__grader__.part({ex.number}, 0, {visible!r})", index)]
+    for h, j in enumerate(ex.hidden, start=1):
+        cells.append(_code(f"__grader__.part({ex.number}, {h}, "
+                           f"{teacher.cells[j].source!r}, {visible!r})", j))
+    return cells
+
+
+def _judge_cells(teacher, sequence, sources, stem) -> list:
+    """The judge's cells: the lesson's own cells that the judged checks need (no cell of the
+    student's, no script written again: the student's kernel wrote them), then the checks."""
+    lesson = ["" if kind in ("added", "solution", "check") or WRITEFILE.match(source)
+              or (index is not None and GRADE_SETUP in tags(teacher.cells[index])) else source
+              for (kind, index, *_), source in zip(sequence, sources)]
+    required = {k for k, (kind, *_) in enumerate(sequence) if kind in ("judged", "parameters")}
+    run = {k for k in needed_cells(lesson, required) if lesson[k]}
+    cells = []
+    for k in sorted(run):
+        kind, index, source, owner = sequence[k]
+        if kind == "parameters":
+            cells.append(("parameters", source))
+        elif kind == "judged":
+            cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
+        else:  # an experiment keeps its values for the next students, as in the kernel
+            extra = ""
+            if launches(source):
+                read_later = set().union(*(names(lesson[j])[2] for j in run if j > k))
+                extra = f", {f'{stem}-{index}'!r}, {tuple(sorted(names(source)[0] & read_later))!r}"
+            cells.append(("lesson", f"__grader__.cell({f'lesson cell {index + 1}'!r}, "
+                                    f"{source!r}{extra})"))
+    return cells
 
 
 def _code(source: str, index):
@@ -387,7 +435,8 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
                  protected: dict, out_dir: Path, world_size: int = DEFAULT_WORLD_SIZE,
                  timeout: float = EXERCISE_TIMEOUT_S,
                  lesson_timeout: float = LESSON_TIMEOUT_S,
-                 cache: Path | None = None, write_cache: bool = False) -> LessonGrade:
+                 cache: Path | None = None, write_cache: bool = False,
+                 judge=None) -> LessonGrade:
     """Execute one student's lesson in `course` (a stubbed copy of the course) and grade
     it. Raises only when the grader cannot run (an unreadable instructor's notebook, a
     kernel that never starts). Whatever the lesson started is killed before it returns."""
@@ -409,7 +458,9 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     setup = ("import sys as _sys\n"
              f"_sys.path.insert(0, {str(course)!r})\n"
              "from tools.grade_kernel import KernelGrader as _KernelGrader  # noqa: E402\n\n")
-    plan = plan_lesson(teacher, student, "", stem)
+    # lessons that build hosts check in the kernel: the judge would build them again
+    plan = plan_lesson(teacher, student, "", stem,
+                       judge=judge is not None and not uses_cluster(teacher))
     setup += (f"__grader__ = _KernelGrader({str(results)!r}, {timeout!r}, {lesson_timeout!r},"
               f" {str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
               f"{str(cache or '')!r}, {cell_backstop()!r}, {write_cache!r})\n"
@@ -434,9 +485,18 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     if not stopped:  # what was running, kept only to say where a lesson stopped
         results.with_suffix(".running").unlink(missing_ok=True)
     without_hidden_sources(out_dir)
+    judged, judge_stopped = [], ""
+    if plan.judged:  # the script exercises' checks, where no student's code ran
+        judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
+                                          course, pristine, protected, cache, write_cache,
+                                          out_dir / f"{stem}.judge-running")
     grade = LessonGrade(stem, plan.parts, notes=list(plan.notes), stopped=stopped,
                         seconds=time.monotonic() - start)
     _fill(grade, results, stopped)
+    if plan.judged:
+        _fill_judged(grade, results, judged, judge_stopped, plan.judged_exercises)
+        with results.open("a") as record:  # the judge's results too, as the kernel's
+            record.writelines(json.dumps(e) + "\n" for e in judged)
     for part in grade.parts:  # say it: the answer is the handout's starting code
         if part.exercise in plan.untouched and part.status == "failed" \
                 and part.part == "check":
@@ -505,8 +565,66 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> None:
         if failed and part.status == "failed" and failed["detail"]:
             part.detail = failed["detail"]
     for e in entries:
-        if "cell" in e:
+        if "cell" in e and e["status"] == "failed":
             grade.notes.append(f"{e['cell']} failed (not scored): {e['message']}")
+
+
+def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
+              cache, write_cache, running: Path) -> tuple[list, str]:
+    """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course;
+    (the results, as the kernel's, and why the judge stopped or "")."""
+    setup = ("from tools.grade_kernel import KernelGrader as _KernelGrader\n"
+             f"__grader__ = _KernelGrader(__judge_results__, {timeout!r}, {lesson_timeout!r}, "
+             f"{str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
+             f"{repr(str(cache or '')) if write_cache else '__judge_cache__'}, None, "
+             f"{write_cache!r}, {str(running)!r})\n"
+             "del _KernelGrader\n__grader__.restore()")
+    cells = [setup]
+    for kind, source in plan.judged:
+        cells.append(source)
+        if kind == "parameters":  # as papermill does
+            cells.append(f"world_size = {world_size!r}")
+    mark = f"{os.getpid()}-{uuid.uuid4().hex}"
+    try:
+        return judge.run({"cells": cells, "cwd": str(course / "notebooks"),
+                          "marker_name": MARKER, "marker": mark}, lesson_timeout + 60)
+    finally:
+        kill_marked(mark)
+        running.unlink(missing_ok=True)
+
+
+def _fill_judged(grade: LessonGrade, results: Path, judged: list, stopped: str,
+                 exercises: set) -> None:
+    """The judged exercises' parts from the judge's results; an answer that failed in the
+    student's kernel (or is missing) fails them as it would have there."""
+    kernel = [json.loads(line) for line in results.read_text().splitlines()] \
+        if results.exists() else []
+    failed = {e["exercise"]: e["message"] for e in kernel
+              if e.get("stage") == "solution" and e["status"] == "failed"}
+    by_part = {(e["exercise"], e["part"]): e for e in judged
+               if e.get("stage") == "check" and e.get("exercise") in exercises}
+    for part in grade.parts:
+        if part.exercise not in exercises:
+            continue  # checked in the kernel
+        k = 0 if part.part == "check" else int(part.part.split()[1])
+        entry = by_part.get((part.exercise, k))
+        if part.exercise in failed:
+            message = failed[part.exercise]
+            part.status, part.message = "failed", (
+                message if message.startswith("no answer") else
+                f"not checked: the solution cell failed ({message})")
+            part.detail, part.seconds = "", 0.0
+        elif entry is None:
+            part.status = "not run"
+            part.message = stopped or "no result recorded by the judge"
+        else:
+            part.status, part.message = entry["status"], entry["message"]
+            part.detail, part.seconds = entry.get("detail", ""), entry["seconds"]
+    for e in judged:
+        if "cell" in e and e["status"] == "failed":
+            grade.notes.append(f"{e['cell']} failed in the judge (not scored): {e['message']}")
+    if stopped:
+        grade.notes.append(stopped)
 
 
 def _why_it_stopped(error: Exception, running: Path) -> str:
@@ -604,7 +722,7 @@ def prepare_course(build: Path, teacher_lessons: list[Path]) -> tuple[Path, dict
 
 def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[Path],
                   pristine: Path, protected: dict, out: Path, args, notes=(),
-                  cache: Path | None = None, write_cache: bool = False) -> list:
+                  cache: Path | None = None, write_cache: bool = False, judge=None) -> list:
     """`cache`: the instructor's run writes the values of the lessons' experiments there
     (`write_cache`); a student's run reads them there."""
     course = out / "work" / _safe(name)
@@ -626,7 +744,8 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
             else:
                 grade = grade_lesson(teacher, notebooks[stem], course, pristine, protected,
                                      out / "executed" / _safe(name), args.world_size,
-                                     args.timeout, args.lesson_timeout, cache, write_cache)
+                                     args.timeout, args.lesson_timeout, cache, write_cache,
+                                     judge)
             if stem == teacher_lessons[0].stem:
                 grade.notes = list(notes) + grade.notes
             grades.append(grade)
@@ -1078,16 +1197,19 @@ def _one_student(job_path: Path, result_fd: int) -> int:
         cache = Path(tempfile.mkdtemp(prefix="cache-", dir=Path(job["out"]) / "work"))
         for file, text in job["cache"].items():
             (cache / file).write_text(text)
+    from tools.judge import Judge
+    judge = Judge(job["cache"])  # before any of the student's code runs
     try:
         grades = grade_student(job["name"], {s: Path(p) for s, p in job["notebooks"].items()},
                                [Path(p) for p in job["lessons"]], Path(job["pristine"]),
                                job["protected"], Path(job["out"]), args, job["notes"],
-                               cache, write_cache=bool(job["reference"]))
+                               cache, write_cache=bool(job["reference"]), judge=judge)
     except Exception as error:  # the grader itself failed on this student
         print(f"grade: could not grade {job['name']}: {type(error).__name__}: {error}",
               file=sys.stderr)
         return 2
     finally:
+        judge.close()
         if job["cache"]:
             shutil.rmtree(cache, ignore_errors=True)
     with os.fdopen(result_fd, "w") as result:  # a pipe only the class's run reads

@@ -49,7 +49,7 @@ class KernelGrader:
     def __init__(self, results: str, timeout: float, lesson_timeout: float,
                  course: str = "", pristine: str = "", protected: dict | None = None,
                  own_files: tuple = (), cache: str = "", backstop: float | None = None,
-                 write_cache: bool = False):
+                 write_cache: bool = False, running: str = ""):
         self.results, self.timeout = Path(results), timeout
         self.lesson_timeout = lesson_timeout
         self.deadline = time.monotonic() + lesson_timeout
@@ -61,14 +61,17 @@ class KernelGrader:
         self.own_files = tuple(own_files)  # the learner's scripts, for "in your code"
         # the values of the lesson's experiments that no answer changes: written by the
         # instructor's run (write_cache), read by every student's
-        self.cache, self.write_cache = (Path(cache) if cache else None), write_cache
+        # (in the judge, tools/judge.py: a dict {file: JSON text}, held in its memory)
+        self.cache_values = cache if isinstance(cache, dict) else None
+        self.cache = Path(cache) if cache and isinstance(cache, str) else None
+        self.write_cache = write_cache
         self._expiring: BaseException | None = None
         # papermill interrupts a cell past this (a KeyboardInterrupt); one raised sooner
         # came from the learner's code, and fails only what it was raised in
         self.backstop, self._cell_start = backstop, time.monotonic()
         # The cell being run, for when the kernel dies or papermill's backstop timeout stops
         # the notebook: papermill then writes no executed copy to read it from.
-        self.running = self.results.with_suffix(".running")
+        self.running = Path(running) if running else self.results.with_suffix(".running")
         signal.signal(signal.SIGALRM, self._expire)
         events = get_ipython().events  # noqa: F821 (the kernel's own)
         events.register("pre_run_cell", self._starting)
@@ -156,7 +159,12 @@ class KernelGrader:
             self._record(number, "check", part, "failed", message, "", 0.0)
             print(f"exercise {number}, part {part}: {message}")
             return
-        restored = self.restore()
+        try:
+            restored = self.restore()
+        except (OSError, RuntimeError) as error:
+            self._record(number, "check", part, "failed", f"not checked: {error}", "", 0.0)
+            print(f"exercise {number}, part {part}: not checked: {error}")
+            return
         if restored:
             print(f"exercise {number}: put back the course's own " + ", ".join(restored))
         namespace = get_ipython().user_ns  # noqa: F821 (the kernel's own)
@@ -186,16 +194,28 @@ class KernelGrader:
         there instead of running it (decoded by `from_json`: data, never code)."""
         namespace = get_ipython().user_ns  # noqa: F821 (the kernel's own)
         kept = self.cache / f"{key}.json" if key and self.cache else None
-        if kept is not None and not self.write_cache and kept.is_file():
+        text = None
+        if key and self.cache_values is not None:
+            text = self.cache_values.get(f"{key}.json")
+        elif kept is not None and not self.write_cache and kept.is_file():
             try:
-                values = from_json(json.loads(kept.read_text()))
+                text = kept.read_text()
+            except OSError as error:
+                print(f"{label}: the instructor's values are unreadable ({error}): run here")
+        if text is not None:
+            try:
+                values = from_json(json.loads(text))
                 if not isinstance(values, dict) or not set(values) <= set(names):
                     raise ValueError(f"names {sorted(values)} for {sorted(names)}")
-            except (OSError, ValueError, TypeError, KeyError) as error:
+            except (ValueError, TypeError, KeyError) as error:
                 print(f"{label}: the instructor's values are unreadable ({error}): run here")
             else:
                 namespace.update(values)
-                print(f"{label}: the values it assigns, from the instructor's run")
+                message = "the values it assigns, from the instructor's run"
+                with self.results.open("a") as out:
+                    out.write(json.dumps({"cell": label, "status": "kept", "message": message,
+                                          "seconds": 0.0}) + "\n")
+                print(f"{label}: {message}")
                 return
         self._doing(label, source)
         start = time.monotonic()
@@ -254,6 +274,9 @@ class KernelGrader:
             if not same:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(self.pristine / relative, target)
+                if hashlib.sha256(target.read_bytes()).hexdigest() != digest:
+                    raise RuntimeError(f"{relative} was changed, and so was the clean copy it "
+                                       f"is put back from")
                 restored.append(relative)
         return restored
 
