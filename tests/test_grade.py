@@ -627,30 +627,29 @@ print("a forged launch in place")
 
 
 def test_the_experiments_values_come_from_the_instructors_run_as_data(tmp_path):
-    """Three students of lesson 00: the plain run, which no answer changes, runs once with
-    the instructor's notebooks and reaches each student's run from the grader's memory. The
-    first student's answer writes forged values (the plain run's weights zeroed, encoded as
-    the grader encodes them) into every folder it can reach; the second student's checks,
-    which compare with the plain run, still pass. The third hands in exercise 1's starting
-    code with, after it, a cell of its own that replaces `launch` by one that makes up what
-    the check reads (that cell runs: exercise 2's answer reads `helper`); the check of a
-    script exercise runs in the judge, where no student's code ran: both its parts fail."""
+    """Two students of lesson 00. The plain run, which no answer changes, runs once with the
+    instructor's notebooks and reaches each student's run from the grader's memory. The
+    first student's exercise 2 answer writes forged values (the plain run's weights zeroed,
+    encoded as the grader encodes them) into every folder it can reach; the second
+    student's checks, which compare with the plain run, still pass. The first also hands in
+    exercise 1's starting code with, after it, a cell of its own that replaces `launch` by
+    one that makes up what the check reads (that cell runs: exercise 2's answer reads
+    `helper`): a script exercise is checked in the judge, where no student's code ran, so
+    its visible check fails and its hidden one does not run."""
     klass = tmp_path / "class"
-    for student in ("1-zed", "2-ada", "3-fox"):
+    for student in ("1-zed", "2-ada"):
         (klass / student).mkdir(parents=True)
         nb = teacher_notebook("00_ddp_in_ten_minutes")
         ex = exercise_list(nb)
         if student == "1-zed":
-            solution = nb.cells[ex[-1].solution]
-            solution.source = FORGER + solution.source
-        if student == "3-fox":
             nb.cells[ex[0].solution].source = next(
                 c.source for c in handout_notebook("00_ddp_in_ten_minutes").cells
                 if c.id == nb.cells[ex[0].solution].id)
             forged = nbformat.v4.new_code_cell(FORGED_LAUNCH)
-            forged.id = "fox-launch"
+            forged.id = "zed-launch"
             nb.cells.insert(ex[0].solution + 1, forged)
-            nb.cells[ex[1].solution + 1].source = "helper\n" + nb.cells[ex[1].solution + 1].source
+            solution = nb.cells[ex[1].solution + 1]
+            solution.source = "helper\n" + FORGER + solution.source
         nbformat.write(nb, klass / student / "00_ddp_in_ten_minutes.ipynb")
     out = tmp_path / "out"
     done = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade",
@@ -660,22 +659,19 @@ def test_the_experiments_values_come_from_the_instructors_run_as_data(tmp_path):
     assert "# the instructor's answers: the lessons' experiments" in done.stdout
     executed = (out / "executed" / "1-zed" / "00_ddp_in_ten_minutes.ipynb").read_text()
     assert re.search(r"forged values planted in [1-9]\d* places", executed)
-    for student in ("1-zed", "2-ada", "3-fox"):  # the plain and the DDP runs, not run again
+    assert "a forged launch in place" in executed
+    for student in ("1-zed", "2-ada"):  # the plain and the DDP runs, not run again
         kept = (out / "executed" / student / "00_ddp_in_ten_minutes.results.jsonl").read_text()
         assert kept.count("the values it assigns, from the instructor's run") >= 2, kept
-    assert "visible passed, hidden failed" not in (out / "report.md").read_text()
     rows = list(csv.DictReader((out / "gradebook.csv").open()))
-    assert {r["student"] for r in rows} == {"1-zed", "2-ada", "3-fox"}  # the reference: none
-    for student in ("1-zed", "2-ada"):
-        assert {r["status"] for r in rows if r["student"] == student} == {"passed"}, rows
-    fox = {(r["exercise"], r["part"]): r for r in rows if r["student"] == "3-fox"}
-    assert "a forged launch in place" in (out / "executed" / "3-fox" /
-                                          "00_ddp_in_ten_minutes.ipynb").read_text()
-    assert fox[("2", "check")]["status"] == "passed", fox
+    assert {r["student"] for r in rows} == {"1-zed", "2-ada"}  # the reference is no student
+    assert {r["status"] for r in rows if r["student"] == "2-ada"} == {"passed"}, rows
+    zed = {(r["exercise"], r["part"]): r for r in rows if r["student"] == "1-zed"}
+    assert zed[("2", "check")]["status"] == "passed", zed
     # the real launch ran the starting code (one process), and the hidden check did not run
-    assert fox[("1", "check")]["status"] == fox[("1", "hidden 1")]["status"] == "failed", fox
-    assert "the processes never joined one job" in fox[("1", "check")]["message"], fox
-    assert fox[("1", "hidden 1")]["message"] == "not run: the visible check failed", fox
+    assert zed[("1", "check")]["status"] == zed[("1", "hidden 1")]["status"] == "failed", zed
+    assert "the processes never joined one job" in zed[("1", "check")]["message"], zed
+    assert zed[("1", "hidden 1")]["message"] == "not run: the visible check failed", zed
 
 
 def test_values_decode_as_data_only():

@@ -19,13 +19,18 @@ harnesses in `ddp_scripts/`) are put back.
 Each student is graded by a process of its own (in a session of its own, its processes
 under the limits of tools/sandbox.py), so that a student's code that kills it stops that
 student's grading only; after each student the instructor's course files and the clean
-copy are compared with their state before grading, and put back.
+copy are compared with their state before grading, and put back. The checks of a script
+exercise run in the judge (tools/judge.py), a process forked before any of the student's
+code runs, after the student's kernel is gone: an answer cannot rebind what they call.
+With two or more students, the lessons' experiments run once, with the instructor's
+notebooks, and their values (JSON, decoded as data) reach every student from memory.
 
 Writes to --out: `gradebook.csv` (one row per part of an exercise: student, lesson,
-exercise, part, points, status, message, seconds) and `feedback/<student>.html` as each
-student finishes, `students/<student>.json` (a run again into the same --out keeps a
-student graded with the same notebooks; --fresh grades again), and the executed
-notebooks; prints a line per part and a table, student by lesson. A lesson
+exercise, part, points, status, message, seconds), `totals.csv` (one line per student),
+`report.md` (tampering noted, and how the class did per part) and
+`feedback/<student>.html` as each student finishes, `students/<student>.json` (a run
+again into the same --out keeps a student graded with the same notebooks; --fresh grades
+again), and the executed notebooks; prints a line per part and a table, student by lesson. A lesson
 missing from a student's folder scores 0 and is named; one that cannot run here (lesson
 12 without root) is `not graded` and says why.
 

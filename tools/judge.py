@@ -60,12 +60,14 @@ class Judge:
             os._exit(code)
         os.close(jobs_r)
         os.close(answers_w)
-        self._buffer = b""
+        self._buffer, self._number = b"", 0
 
     def run(self, job: dict, limit: float) -> tuple[list[dict], str]:
         """Run one lesson's judged cells; (the results, why it stopped or "")."""
+        self._number += 1
+        self._drain()  # what a worker stopped earlier left
         try:
-            os.write(self._jobs, (json.dumps(job) + "\n").encode())
+            os.write(self._jobs, (json.dumps({**job, "number": self._number}) + "\n").encode())
         except OSError as error:
             return [], f"the judge is gone ({error.strerror}): the student's code may have " \
                        "stopped it"
@@ -74,16 +76,30 @@ class Judge:
             line = self._line(deadline)
             if line is None:
                 if worker:
-                    _kill(worker)
+                    _kill(worker, group=True)
                 why = "ran past its time" if time.monotonic() >= deadline else "stopped"
                 return entries, f"the judge {why}: the student's code may have stopped it"
-            message = json.loads(line)
-            if message.get(DONE) == "started":
-                worker = message["pid"]
-            elif DONE in message:
-                return entries, message.get("why", "")
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            if DONE in message:
+                if message.get("number") != self._number:
+                    continue  # the end of a job stopped earlier
+                if message[DONE] == "started":
+                    worker = message["pid"]
+                else:
+                    return entries, message.get("why", "")
             else:
                 entries.append(message)
+
+    def _drain(self) -> None:
+        self._buffer = b""
+        while select.select([self._answers], [], [], 0)[0]:
+            if not os.read(self._answers, 65536):
+                return
 
     def _line(self, deadline: float) -> str | None:
         while b"\n" not in self._buffer:
@@ -110,11 +126,13 @@ class Judge:
             pass
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill(pid: int, group: bool = False) -> None:
+    """SIGKILL to `pid`, and to its process group (a worker's launches) if `group`."""
+    for kill in (os.kill, os.killpg) if group else (os.kill,):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _serve(jobs_r: int, answers_w: int, cache: dict) -> None:
@@ -124,15 +142,16 @@ def _serve(jobs_r: int, answers_w: int, cache: dict) -> None:
             job = json.loads(line)
             pid = os.fork()
             if pid == 0:
+                jobs.close()  # a worker left behind keeps no server's pipe open
                 os._exit(_work(job, answers_w, cache))
-            _say(answers_w, {DONE: "started", "pid": pid})
+            _say(answers_w, {DONE: "started", "pid": pid, "number": job["number"]})
             _, status = os.waitpid(pid, 0)
             why = ""
             if os.WIFSIGNALED(status):
                 why = f"the judge was killed by signal {os.WTERMSIG(status)}"
             elif os.WEXITSTATUS(status):
                 why = f"the judge exited with status {os.WEXITSTATUS(status)}"
-            _say(answers_w, {DONE: "finished", "why": why})
+            _say(answers_w, {DONE: "finished", "why": why, "number": job["number"]})
 
 
 def _say(fd: int, message: dict) -> None:
