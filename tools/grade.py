@@ -72,6 +72,7 @@ from tools.course import (
     execute,
     lessons,
     make_workspace,
+    share_warm_server,
     uses_cluster,
     why_not_here,
 )
@@ -473,6 +474,9 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     plan.notebook.cells[0].source = setup
     start = time.monotonic()
     stopped = ""
+    # the warm server that this student's lessons share, started before the marker that
+    # kills what a lesson leaves: one start for all its lessons, not one per lesson
+    share_warm_server()
     mark = f"{os.getpid()}-{uuid.uuid4().hex}"
     saved = os.environ.get(MARKER)
     os.environ[MARKER] = mark
@@ -591,7 +595,10 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
             cells.append(f"world_size = {world_size!r}")
     mark = f"{os.getpid()}-{uuid.uuid4().hex}"
     try:
-        return judge.run({"cells": cells, "cwd": str(course / "notebooks"),
+        from tools import zygote
+        shared = {zygote.SHARED: os.environ[zygote.SHARED]} if zygote.SHARED in os.environ \
+            else {}  # the kernels' warm server, for the judge's launches too
+        return judge.run({"cells": cells, "cwd": str(course / "notebooks"), "env": shared,
                           "marker_name": MARKER, "marker": mark}, lesson_timeout + 60)
     finally:
         kill_marked(mark)
@@ -1202,8 +1209,10 @@ def _one_student(job_path: Path, result_fd: int) -> int:
         cache = Path(tempfile.mkdtemp(prefix="cache-", dir=Path(job["out"]) / "work"))
         for file, text in job["cache"].items():
             (cache / file).write_text(text)
-    from tools.judge import Judge
-    judge = Judge(job["cache"])  # before any of the student's code runs
+    judge = None
+    if any(has_script_exercises(Path(p)) for p in job["lessons"]):
+        from tools.judge import Judge
+        judge = Judge(job["cache"])  # before any of the student's code runs
     try:
         grades = grade_student(job["name"], {s: Path(p) for s, p in job["notebooks"].items()},
                                [Path(p) for p in job["lessons"]], Path(job["pristine"]),
@@ -1214,12 +1223,21 @@ def _one_student(job_path: Path, result_fd: int) -> int:
               file=sys.stderr)
         return 2
     finally:
-        judge.close()
+        if judge:
+            judge.close()
         if job["cache"]:
             shutil.rmtree(cache, ignore_errors=True)
     with os.fdopen(result_fd, "w") as result:  # a pipe only the class's run reads
         result.write("\n" + json.dumps(_to_json(grades)) + "\n")
     return 0
+
+
+def has_script_exercises(teacher: Path) -> bool:
+    """Whether a lesson has exercises the judge checks (tools/judge.py): scripts, and no
+    hosts to build."""
+    nb = nbformat.read(teacher, as_version=4)
+    return not uses_cluster(nb) and any(WRITEFILE.match(nb.cells[ex.solution].source)
+                                        for ex in exercise_list(nb, strict=False))
 
 
 def kill_marked_by(pid: int) -> None:

@@ -163,6 +163,12 @@ def _work(job: dict, answers_w: int, cache: dict) -> int:
     from IPython.core.interactiveshell import InteractiveShell
 
     os.setpgid(0, 0)  # its launches, killed with it
+    from tools import zygote
+    # The warm server that tools.launch started as it was imported belongs to the grading
+    # process (not a parent of this one, so it looks gone from here): the launches here
+    # take the one the job names (SHARED, the kernels' own), or start their own.
+    zygote._server = None
+    os.environ.update(job.get("env", {}))
     os.environ[job["marker_name"]] = job["marker"]
     os.chdir(job["cwd"])
     devnull = os.open(os.devnull, os.O_WRONLY)  # what the checks print is not kept
