@@ -104,6 +104,9 @@ PROTECTED = ("tools", "ddp_scripts")
 # A lesson cell that grading must run though no exercise reads what it assigns (lesson 32's
 # `seconds = cluster.up()`, and `cluster.down()` after the exercises).
 GRADE_SETUP = "grade-setup"  # put back before each check if a student changed them
+# an experiment whose files (not only its values) later cells read: it runs for every
+# student, its values never kept from the instructor's run (lesson 25's flight recorder)
+GRADE_UNSHARED = "grade-unshared"
 
 
 @dataclass
@@ -301,6 +304,7 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                          if kind in ("solution", "added")}
     shared = {k for k in run if sequence[k][0] == "lesson" and launches(sources[k])
               and not WRITEFILE.match(sources[k])
+              and GRADE_UNSHARED not in tags(teacher.cells[sequence[k][1]])
               and not (needed_cells(sources, {k}, setup=False) & answers_and_added)}
 
     cells = [_code(setup_source, None)]
@@ -377,7 +381,7 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
-            if launches(source):
+            if launches(source) and GRADE_UNSHARED not in tags(teacher.cells[index]):
                 read_later = set().union(*(names(lesson[j])[2] for j in run if j > k))
                 extra = f", {f'{stem}-{index}'!r}, {tuple(sorted(names(source)[0] & read_later))!r}"
             cells.append(("lesson", f"__grader__.cell({f'lesson cell {index + 1}'!r}, "
