@@ -328,11 +328,8 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                 cells += _check_calls(teacher, owner, index)
         else:
             label = f"your cell {owner}" if kind == "added" else f"lesson cell {index + 1}"
-            extra = ""
-            if k in shared:  # what it assigns that a later cell reads (not its figure)
-                read_later = set().union(*(names(sources[j])[2] for j in run if j > k))
-                assigned = tuple(sorted(names(source)[0] & read_later))
-                extra = f", {f'{stem}-{index}'!r}, {assigned!r}"
+            extra = _kept_as(stem, index, source, [sources[j] for j in run if j > k]) \
+                if k in shared else ""
             cells.append(_code(f"__grader__.cell({label!r}, {source!r}{extra})", index))
     judge_cells = _judge_cells(teacher, sequence, sources, stem) if judged else []
     for kind, index, source, owner in sequence:  # what the student's code reaches for
@@ -382,11 +379,17 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
             if launches(source) and GRADE_UNSHARED not in tags(teacher.cells[index]):
-                read_later = set().union(*(names(lesson[j])[2] for j in run if j > k))
-                extra = f", {f'{stem}-{index}'!r}, {tuple(sorted(names(source)[0] & read_later))!r}"
+                extra = _kept_as(stem, index, source, [lesson[j] for j in run if j > k])
             cells.append(("lesson", f"__grader__.cell({f'lesson cell {index + 1}'!r}, "
                                     f"{source!r}{extra})"))
     return cells
+
+
+def _kept_as(stem: str, index: int, source: str, later: list) -> str:
+    """The arguments that keep an experiment's values for the next students: its key, and
+    what it assigns that a later cell reads (not its figure)."""
+    read_later = set().union(*(names(s)[2] for s in later))
+    return f", {f'{stem}-{index}'!r}, {tuple(sorted(names(source)[0] & read_later))!r}"
 
 
 def _code(source: str, index):
@@ -505,9 +508,9 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
                                           out_dir / f"{stem}.judge-running")
     grade = LessonGrade(stem, plan.parts, notes=list(plan.notes), stopped=stopped,
                         seconds=time.monotonic() - start)
-    _fill(grade, results, stopped)
+    entries = _fill(grade, results, stopped)
     if plan.judged:
-        _fill_judged(grade, results, judged, judge_stopped, plan.judged_exercises)
+        _fill_judged(grade, entries, judged, judge_stopped, plan.judged_exercises)
         with results.open("a") as record:  # the judge's results too, as the kernel's
             record.writelines(json.dumps(e) + "\n" for e in judged)
     for part in grade.parts:  # say it: the answer is the handout's starting code
@@ -559,7 +562,8 @@ def _unrun(teacher: Path, status: str, message: str, note: str) -> LessonGrade:
     return grade
 
 
-def _fill(grade: LessonGrade, results: Path, stopped: str) -> None:
+def _fill(grade: LessonGrade, results: Path, stopped: str) -> list:
+    """The parts from the kernel's results; returns those results."""
     entries = [json.loads(line) for line in results.read_text().splitlines()] \
         if results.exists() else []
     solution_failed = {e["exercise"]: e for e in entries
@@ -580,6 +584,7 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> None:
     for e in entries:
         if "cell" in e and e["status"] == "failed":
             grade.notes.append(f"{e['cell']} failed (not scored): {e['message']}")
+    return entries
 
 
 def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
@@ -609,12 +614,11 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
         running.unlink(missing_ok=True)
 
 
-def _fill_judged(grade: LessonGrade, results: Path, judged: list, stopped: str,
+def _fill_judged(grade: LessonGrade, kernel: list, judged: list, stopped: str,
                  exercises: set) -> None:
     """The judged exercises' parts from the judge's results; an answer that failed in the
-    student's kernel (or is missing) fails them as it would have there."""
-    kernel = [json.loads(line) for line in results.read_text().splitlines()] \
-        if results.exists() else []
+    student's kernel (its results: `kernel`), or is missing, fails them as it would have
+    there."""
     failed = {e["exercise"]: e["message"] for e in kernel
               if e.get("stage") == "solution" and e["status"] == "failed"}
     by_part = {(e["exercise"], e["part"]): e for e in judged
@@ -896,9 +900,12 @@ def main(argv=None) -> int:
     try:
         # to grade now (not kept from an earlier run): two or more share the values of the
         # lessons' experiments, run once with the instructor's notebooks
+        keys = {name: signature(notebooks, lessons_for(notebooks), args)
+                for name, notebooks, _ in class_}
+        kept_grades = {} if args.fresh else {name: load_kept(out, name, keys[name])
+                                             for name, _, _ in class_}
         pending = [t for name, notebooks, _ in class_ for t in lessons_for(notebooks)
-                   if t.stem in notebooks and (args.fresh or load_kept(
-                       out, name, signature(notebooks, lessons_for(notebooks), args)) is None)]
+                   if t.stem in notebooks and kept_grades.get(name) is None]
         cache = {}
         if len(pending) > len(set(pending)):
             cache = reference_values(sorted(set(pending)), pristine, protected, out, args)
@@ -913,8 +920,7 @@ def main(argv=None) -> int:
             if changed:
                 notes.append("your notebooks were changed by another student's code before "
                              "they were graded; graded as you handed them in")
-            key = signature(notebooks, lessons_here, args)
-            kept = load_kept(out, name, key) if not args.fresh else None
+            key, kept = keys[name], kept_grades.get(name)
             if kept is not None:
                 print(f"# {name}: graded by an earlier run with the same notebooks, kept "
                       f"(--fresh grades again)", flush=True)

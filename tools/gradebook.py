@@ -65,17 +65,20 @@ def table(rows: dict, stems: list[str]) -> str:
                      for row in lines)
 
 
-def write_csv(path: Path, rows: dict) -> None:
+def _write_rows(path: Path, columns, lines) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(COLUMNS)
-        for student, (grades, _) in rows.items():
-            for g in grades:
-                for p in g.parts:
-                    writer.writerow([student, g.name, p.exercise, p.name, p.part,
-                                     _points(p.scored), _points(p.points), p.status,
-                                     p.message, f"{p.seconds:.2f}"])
+        writer.writerow(columns)
+        writer.writerows(lines)
+
+
+def write_csv(path: Path, rows: dict) -> None:
+    _write_rows(path, COLUMNS, ([student, g.name, p.exercise, p.name, p.part,
+                                 _points(p.scored), _points(p.points), p.status, p.message,
+                                 f"{p.seconds:.2f}"]
+                                for student, (grades, _) in rows.items()
+                                for g in grades for p in g.parts))
 
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;
@@ -132,14 +135,11 @@ TAMPERING = ("your code ", "check cell was changed", "check cell was deleted",
 
 def write_totals(path: Path, rows: dict) -> None:
     """One line per student: the points over every lesson graded here (an LMS imports it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(TOTAL_COLUMNS)
-        for student, (grades, _) in rows.items():
-            got, possible = score(grades)
-            writer.writerow([student, _points(got), _points(possible),
-                             f"{100 * got / possible:.1f}" if possible else ""])
+    def line(student, grades):
+        got, possible = score(grades)
+        return [student, _points(got), _points(possible),
+                f"{100 * got / possible:.1f}" if possible else ""]
+    _write_rows(path, TOTAL_COLUMNS, (line(s, grades) for s, (grades, _) in rows.items()))
 
 
 def tampering(grades) -> list[str]:
