@@ -6,11 +6,10 @@ Several machines: the same command on each, all pointing at one of them, with --
 a filesystem that every machine sees (rank 0 writes the checkpoint, every rank reads it):
     torchrun --nnodes=2 --nproc-per-node=8 --rdzv-id=job1 --rdzv-backend=c10d \\
         --rdzv-endpoint=node0.example.com:29400 train.py --out /shared/run
-Started again with the same --out, it resumes from the last checkpoint, exactly (on GPUs
-with --exact; if your
-dataset draws random numbers in DataLoader workers, seed them from the epoch and the
-sample's index, or a resumed epoch's workers draw others). To let
-torchrun restart it after a crash, add --max-restarts=3 and set
+Started again with the same --out, it resumes from the last checkpoint, the same run (bit
+for bit on GPUs only with --exact; if your dataset draws random numbers in DataLoader
+workers, seed them from the epoch and the sample's index, or a resumed epoch's workers
+draw others). To let torchrun restart it after a crash, add --max-restarts=3 and set
 TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment (lesson 24: otherwise a
 restarted rank can read a dead rank's address).
 
@@ -77,11 +76,13 @@ def setup(exact=False):
     # group alive past destroy_process_group, and a rank can abort at exit (torch 2.13,
     # lesson 13). Imported first, it does not.
     import torch._dynamo  # noqa: F401
-    if exact:  # the same numbers run after run, whatever the micro-batch; slower on GPUs
+    if exact:  # for checking runs, not for training: slower on GPUs, and an op with no
+        # deterministic kernel raises. The same numbers run after run; across world sizes,
+        # the same to rounding. (Reading cudnn.allow_tf32 then raises: not with torch.compile.)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.conv.fp32_precision = "ieee"  # not TF32, cuDNN's default
+        torch.backends.cudnn.conv.fp32_precision = "ieee"  # cuDNN's default for convs: TF32
         torch.backends.cuda.matmul.fp32_precision = "ieee"
     if torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
@@ -167,7 +168,7 @@ def save(path, model, optimizer, scheduler, scaler, step, log, run, device):
 
 
 def load(path, model, optimizer, scheduler, scaler, run, device):
-    # Onto the CPU: saved from rank 0's GPU, every rank would load it onto that GPU.
+    # Onto the CPU: saved from rank 0's cuda:0, each rank would load it onto its node's cuda:0.
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     if checkpoint["run"] != run:
         raise SystemExit(f"{path} is of another run: {checkpoint['run']}; this one: {run}. "
