@@ -514,6 +514,13 @@ CHEATS = {
               "subprocess.Popen(['sleep', '4321'], start_new_session=True, env={})\n"),
     # a failed assert that raises KeyboardInterrupt (the backstop's signal), and a wrong answer
     "5-kai": "AssertionError = KeyboardInterrupt\n",
+    # the handout's starting code, with the grader's record made to say "passed" and the
+    # checks' builtins rebound
+    "6-zoe": ("_real = __grader__._record\n"
+              "def _passed(number, stage, part, status, *rest):\n"
+              "    return _real(number, stage, part, 'passed', '', '', 0.0)\n"
+              "__grader__._record = _passed\n"
+              "import builtins\nbuiltins.abs = builtins.sorted = lambda *a, **k: 0\n"),
 }
 
 
@@ -530,8 +537,10 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     for student, cheat in [*CHEATS.items(), ("4-ada", None)]:
         (klass / student).mkdir(parents=True)
         nb = teacher_notebook("02_devices")
+        if student == "6-zoe":
+            nb = student_version(nb)
         if cheat:
-            solution = nb.cells[exercise_list(nb)[0].solution]
+            solution = nb.cells[exercise_list(nb, strict=False)[0].solution]
             solution.source = cheat + solution.source
         if student == "5-kai":  # and a wrong answer to exercise 1
             solution.source += "\ndevice_for_rank = lambda *a, **k: None\n"
@@ -550,10 +559,14 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     assert not list(Path("/sys/fs/cgroup").glob("*/ddp-grade-*")), "a control group was left"
     rows = list(csv.DictReader((out / "gradebook.csv").open()))
     score = {s: [r["status"] for r in rows if r["student"] == s] for s in
-             ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai")}
+             ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai", "6-zoe")}
     assert score["5-kai"] == ["failed", "passed", "passed"], score  # the lesson went on
     kai = next(r for r in rows if r["student"] == "5-kai")
-    assert "KeyboardInterrupt" in kai["message"] and "not a timeout" in kai["message"], kai
+    # the check ran in the judge, where the rebinding does not reach
+    assert "AssertionError: device_for_rank(5, 4, 4): expected cuda:1, got None" \
+        in kai["message"], kai
+    # the verdicts are the judge's: the wrapped record and the rebound builtins change nothing
+    assert score["6-zoe"] == ["failed"] * 3, score
     assert score["4-ada"] == ["passed"] * 3 and score["3-eve"] == ["passed"] * 3, score
     assert score["1-tom"] == ["passed"] * 3, score  # its answers were right
     assert set(score["2-mal"]) == {"failed"}
@@ -571,12 +584,13 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     assert "limits: each student's code ran with" in done.stdout
     report = (out / "report.md").read_text()
     noted = {s: report[report.index(f"**{s}**"):].split("\n- **")[0]
-             for s in ("1-tom", "2-mal", "5-kai")}
+             for s in ("1-tom", "2-mal", "5-kai", "6-zoe")}
     assert "touches Python's start-up files" in noted["1-tom"], report
     assert "changed the instructor's course" in noted["1-tom"], report
     assert "sends signals to processes" in noted["2-mal"], report
     assert "reads other processes (/proc)" in noted["2-mal"], report
     assert "rebinds `AssertionError`" in noted["5-kai"], report
+    assert "uses the grader's own code" in noted["6-zoe"], report
     assert "**4-ada**" not in report and "**3-eve**" not in report, report
     totals = {r["student"]: r for r in csv.DictReader((out / "totals.csv").open())}
     assert totals["4-ada"]["percent"] == "100.0" and totals["2-mal"]["points"] == "0"
@@ -584,7 +598,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     # every student but mal, whose grading was stopped: graded again (and stopped again)
-    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 4
+    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 5
     assert "\n# 2-mal\n" in again.stdout
     assert list(csv.DictReader((out / "gradebook.csv").open())) == rows
 

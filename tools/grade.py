@@ -88,6 +88,7 @@ from tools.exercises import (
     written_scripts,
 )
 from tools.grade_cells import launches, names, needed_cells
+from tools.oracle import stop as stop_serving
 
 
 def cell_backstop() -> float:
@@ -152,10 +153,13 @@ class Plan:
     notes: list[str]
     own_files: tuple  # the scripts the student's answers write
     untouched: set = field(default_factory=set)  # exercises answered with the stub as it is
-    # the judge's cells (tools/judge.py): the lesson's cells the script exercises' checks
-    # need, and those checks; a "parameters" cell is followed by the run's world_size
+    # the judge's cells (tools/judge.py): the lesson's cells the exercises' checks need,
+    # and those checks; a "parameters" cell is followed by the run's world_size
     judged: list = field(default_factory=list)  # (kind, source)
     judged_exercises: set = field(default_factory=set)
+    # function exercises among them: the student's kernel answers the judge's calls
+    # (tools/oracle.py) once its cells are done
+    answered: set = field(default_factory=set)
 
 
 def normalized(source: str) -> str:
@@ -225,10 +229,9 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                 judge: bool = False, not_judged: frozenset = frozenset()) -> Plan:
     """The notebook to execute: the instructor's cells that the exercises need, the
     student's answers, and the student's own added cells that an answer needs. `judge`:
-    the checks of the script exercises go to the judge's cells instead (`Plan.judged`)."""
+    the exercises' checks go to the judge's cells instead (`Plan.judged`)."""
     exercises = exercise_list(teacher, strict=False)
-    judged = {ex.number for ex in exercises if judge and ex.number not in not_judged
-              and WRITEFILE.match(teacher.cells[ex.solution].source)}
+    judged = {ex.number for ex in exercises if judge and ex.number not in not_judged}
     notes = []
     answers = match_solutions(teacher, student, exercises, notes)
     teacher_ids = {cell.get("id") for cell in teacher.cells}
@@ -289,13 +292,22 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                  if WRITEFILE.match(source or "")}
     # The lesson's cells and checks are served by the lesson's cells alone; a cell the
     # student added runs only when one of their answers reads what it assigns.
-    lesson_only = ["" if kind == "added" else source
+    # The judged checks do not run in the kernel.
+    lesson_only = ["" if kind in ("added", "judged") else source
                    for (kind, *_), source in zip(sequence, sources)]
+    in_kernel = ["" if kind == "judged" else source
+                 for (kind, *_), source in zip(sequence, sources)]
     run = needed_cells(lesson_only, required)
-    run |= needed_cells(sources, {k for k, (kind, *_) in enumerate(sequence)
-                                  if kind == "solution"}, setup=False)
-    needed_here = {owner.number for k, (kind, _, _, owner) in enumerate(sequence)
-                   if kind == "judged" and k in run}
+    run |= needed_cells(in_kernel, {k for k, (kind, *_) in enumerate(sequence)
+                                    if kind == "solution"}, setup=False)
+    found = [names(source) for source in sources]
+    needed_here = set()  # exercises whose check assigns what only it gives a kernel cell
+    for k in run:
+        for name in found[k][2]:
+            givers = [j for j in range(k) if name in found[j][0]]
+            if givers and sequence[givers[-1]][0] == "judged" \
+                    and not any(j in run for j in givers):
+                needed_here.add(sequence[givers[-1]][3].number)
     if needed_here:  # a cell of the kernel reads what such a check assigns: checked there
         return plan_lesson(teacher, student, setup_source, stem, judge,
                            not_judged | needed_here)
@@ -347,8 +359,10 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                  if ex.number in answers and BEGIN in teacher.cells[ex.solution].source
                  and normalized(answers[ex.number].source)
                  == normalized(stub_source(teacher.cells[ex.solution].source))}
+    answered = {ex.number for ex in exercises if ex.number in judged
+                and not WRITEFILE.match(teacher.cells[ex.solution].source)}
     return Plan(nb, _parts_of(teacher), notes, tuple(sorted(Path(t).name for t in targets)),
-                untouched, judge_cells, judged)
+                untouched, judge_cells, judged, answered)
 
 
 def _check_calls(teacher, ex, index) -> list:
@@ -375,6 +389,9 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
         if kind == "parameters":
             cells.append(("parameters", source))
         elif kind == "judged":
+            answer = teacher.cells[owner.solution].source
+            if not WRITEFILE.match(answer):  # the student's functions, from their kernel
+                cells.append(("bind", f"__oracle__.bind(globals(), {answer!r})"))
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
@@ -479,6 +496,10 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
               f"{str(cache or '')!r}, {cell_backstop()!r}, {write_cache!r})\n"
               "del _sys, _KernelGrader")
     plan.notebook.cells[0].source = setup
+    oracle = None
+    if plan.answered:  # the kernel's last cell answers the judge's calls (tools/oracle.py)
+        oracle = os.path.join(tempfile.mkdtemp(prefix="ddp-oracle-"), "socket")
+        plan.notebook.cells.append(_code(f"__grader__.serve({oracle!r})", None))
     start = time.monotonic()
     stopped = ""
     # the warm server that this student's lessons share, started before the marker that
@@ -488,24 +509,42 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     saved = os.environ.get(MARKER)
     os.environ[MARKER] = mark
     executed = out_dir / f"{stem}.ipynb"
+    failure: list = []
+
+    def kernel():
+        try:
+            execute(plan.notebook, executed, course, world_size=world_size)
+        except Exception as error:  # noqa: BLE001 (the lesson stopped: its time, a dead kernel)
+            failure.append(error)
+
+    judged, judge_stopped = [], ""
+    thread = threading.Thread(target=kernel, name=f"kernel {stem}", daemon=True)
     try:
-        execute(plan.notebook, executed, course, world_size=world_size)
-    except Exception as error:  # the lesson stopped (its time ran out, the kernel died)
-        stopped = _why_it_stopped(error, results.with_suffix(".running"))
+        thread.start()
+        # the judge starts once the kernel is done, or waits (idle) to answer its calls
+        while thread.is_alive() and not (oracle and os.path.exists(oracle)):
+            thread.join(0.05)
+        if plan.judged:  # the checks, in a process where no student's code ran
+            serving = oracle if oracle and os.path.exists(oracle) else None
+            judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
+                                              course, pristine, protected, cache, write_cache,
+                                              out_dir / f"{stem}.judge-running", serving)
+        if oracle:
+            stop_serving(oracle)
+        thread.join()
     finally:
         if saved is None:
             del os.environ[MARKER]
         else:
             os.environ[MARKER] = saved
         kill_marked(mark)
+        if oracle:
+            shutil.rmtree(os.path.dirname(oracle), ignore_errors=True)
+    if failure:
+        stopped = _why_it_stopped(failure[0], results.with_suffix(".running"))
     if not stopped:  # what was running, kept only to say where a lesson stopped
         results.with_suffix(".running").unlink(missing_ok=True)
     without_hidden_sources(out_dir)
-    judged, judge_stopped = [], ""
-    if plan.judged:  # the script exercises' checks, where no student's code ran
-        judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
-                                          course, pristine, protected, cache, write_cache,
-                                          out_dir / f"{stem}.judge-running")
     grade = LessonGrade(stem, plan.parts, notes=list(plan.notes), stopped=stopped,
                         seconds=time.monotonic() - start)
     entries = _fill(grade, results, stopped)
@@ -588,15 +627,18 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> list:
 
 
 def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
-              cache, write_cache, running: Path) -> tuple[list, str]:
-    """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course;
-    (the results, as the kernel's, and why the judge stopped or "")."""
+              cache, write_cache, running: Path, oracle: str | None = None) -> tuple[list, str]:
+    """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course,
+    with the student's functions answered by their kernel serving at `oracle` (None: it
+    stopped before); (the results, as the kernel's, and why the judge stopped or "")."""
     setup = ("from tools.grade_kernel import KernelGrader as _KernelGrader\n"
+             "from tools.oracle import Oracle as _Oracle\n"
+             f"__oracle__ = _Oracle({oracle!r})\n"
              f"__grader__ = _KernelGrader(__judge_results__, {timeout!r}, {lesson_timeout!r}, "
              f"{str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
              f"{repr(str(cache or '')) if write_cache else '__judge_cache__'}, None, "
              f"{write_cache!r}, {str(running)!r})\n"
-             "del _KernelGrader\n__grader__.restore()")
+             "del _KernelGrader, _Oracle\n__grader__.restore()")
     cells = [setup]
     for kind, source in plan.judged:
         cells.append(source)
@@ -1220,7 +1262,7 @@ def _one_student(job_path: Path, result_fd: int) -> int:
         for file, text in job["cache"].items():
             (cache / file).write_text(text)
     judge = None
-    if any(has_script_exercises(Path(p)) for p in job["lessons"]):
+    if any(has_judged_exercises(Path(p)) for p in job["lessons"]):
         from tools.judge import Judge
         judge = Judge(job["cache"])  # before any of the student's code runs
     try:
@@ -1242,12 +1284,11 @@ def _one_student(job_path: Path, result_fd: int) -> int:
     return 0
 
 
-def has_script_exercises(teacher: Path) -> bool:
-    """Whether a lesson has exercises the judge checks (tools/judge.py): scripts, and no
-    hosts to build."""
+def has_judged_exercises(teacher: Path) -> bool:
+    """Whether a lesson has exercises the judge checks (tools/judge.py): any, where no
+    hosts are built."""
     nb = nbformat.read(teacher, as_version=4)
-    return not uses_cluster(nb) and any(WRITEFILE.match(nb.cells[ex.solution].source)
-                                        for ex in exercise_list(nb, strict=False))
+    return not uses_cluster(nb) and bool(exercise_list(nb, strict=False))
 
 
 def kill_marked_by(pid: int) -> None:

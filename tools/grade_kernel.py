@@ -262,6 +262,17 @@ class KernelGrader:
         if self._stops_the_lesson(error):
             raise error
 
+    def serve(self, path: str) -> None:
+        """The lesson's last cell when the judge checks a function exercise: answer the
+        judge's calls on the student's functions (tools/oracle.py) until it is done."""
+        from tools.oracle import serve
+
+        self._disarm()  # the judge has its own time; papermill's backstop still stands
+        self._doing("answering the judge's calls", path)
+        answered = serve(path, get_ipython().user_ns,  # noqa: F821 (the kernel's own)
+                         0.9 * (self.backstop or 300))
+        print(f"answered {answered} of the judge's calls")
+
     def restore(self) -> list[str]:
         """Put back every protected file of the course that differs from the instructor's."""
         restored = []
@@ -407,9 +418,12 @@ def blame(error: BaseException, number: int, own_files: tuple, check_source: str
     """Where the learner's own code raised: a line of their solution cell in the traceback,
     or, for a launched script, the last line of theirs that a rank's traceback names."""
     frames = traceback.extract_tb(error.__traceback__)
-    mine = [f for f in frames if f.filename == f"<exercise {number} solution>"]
+    mine = [(f.lineno, f.name) for f in frames if f.filename == f"<exercise {number} solution>"]
+    remote = getattr(error, "oracle_where", None)  # raised in the kernel (tools/oracle.py)
+    if not mine and remote and remote[0] == f"<exercise {number} solution>":
+        mine = [tuple(remote[1:])]
     if mine:  # a timeout there too: the learner's loop
-        where = f"solution cell, line {mine[-1].lineno}, in {mine[-1].name}"
+        where = f"solution cell, line {mine[-1][0]}, in {mine[-1][1]}"
         calls = [f for f in frames if f.filename.startswith(f"<exercise {number} check")]
         if calls and check_source:  # the check's line that called it
             statement = _statement_at(check_source, calls[-1].lineno)

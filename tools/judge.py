@@ -37,6 +37,7 @@ def _preload() -> None:
     import tools.capture  # noqa: F401
     import tools.grade_kernel  # noqa: F401
     import tools.launch  # noqa: F401
+    import tools.oracle  # noqa: F401
     import tools.plots  # noqa: F401
 
 

@@ -1,0 +1,117 @@
+"""tools/oracle.py: the judge calls a student's functions in the student's process, and
+reads back data only."""
+
+import io
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+
+from tools.course import REPO
+from tools.oracle import Oracle, OracleError, _receive, _send
+
+STUDENT = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from torch.utils.data import DataLoader, TensorDataset
+import torch
+from tools.oracle import serve
+
+scale = 3
+def times(x):
+    return scale * x
+def picky(x):
+    if x < 0:
+        raise ValueError(f"no negatives: {{x}}")
+    return [x, {{"half": x / 2}}, torch.arange(x)]
+def refuse():
+    import pickle
+    raise pickle.UnpicklingError("refused")
+def env(name):
+    return os.environ.get(name)
+def loader(n):
+    return DataLoader(TensorDataset(torch.arange(n)), batch_size=2), "plain"
+def sleepy():
+    time.sleep(30)
+print(serve({path!r}, globals(), 60), flush=True)
+"""
+
+
+@pytest.fixture
+def student(tmp_path):
+    path = str(tmp_path / "s")
+    process = subprocess.Popen([sys.executable, "-c", STUDENT.format(repo=str(REPO),
+                                                                      path=path)],
+                               stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield path, process
+    process.kill()
+    process.wait()
+
+
+def test_the_judge_gets_data_and_calls_the_rest(student):
+    path, process = student
+    oracle = Oracle(path, answer_seconds=5)
+    ns = {}
+    oracle.bind(ns, "import math\nscale = 2\ndef times(x): ...\ndef picky(x): ...\n"
+                    "def refuse(): ...\ndef env(n): ...\ndef loader(n): ...\n"
+                    "def sleepy(): ...\ndef absent(): ...")
+    assert ns["math"].pi > 3  # the instructor's import, run here
+    assert ns["scale"] == 3 and "absent" not in ns  # the student's value; what they lack
+    assert ns["times"](5) == 15
+    number, half, tensor = ns["picky"](4)
+    assert (number, half) == (4, {"half": 2.0}) and torch.equal(tensor, torch.arange(4))
+    with pytest.raises(ValueError, match="no negatives: -1"):
+        ns["picky"](-1)
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        ns["refuse"]()
+    os.environ["ORACLE_TEST"] = "set by the check"
+    try:
+        assert ns["env"]("ORACLE_TEST") == "set by the check"  # the check's environment
+    finally:
+        del os.environ["ORACLE_TEST"]
+    assert ns["env"]("ORACLE_TEST") is None
+    remote, word = ns["loader"](5)  # not data: used through the kernel
+    assert word == "plain" and len(remote) == 3
+    assert [b[0].tolist() for b in remote] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(OracleError, match="no answer in 5 s"):
+        ns["sleepy"]()
+    with pytest.raises(OracleError, match="no answer in 5 s"):
+        ns["times"](1)  # the kernel is still busy: it is not waited for again
+    oracle.close()
+
+
+def test_a_kernel_that_stopped_or_forges_answers_fails_the_check(tmp_path):
+    ns = {}
+    Oracle(None).bind(ns, "def times(x): ...")
+    with pytest.raises(OracleError, match="stopped before it could answer"):
+        ns["times"](1)
+    # a kernel that answers with code, not data: refused, never run
+    path = str(tmp_path / "forger")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def forge():
+        conn, _ = listener.accept()
+        with conn:
+            while (request := _receive(conn)) is not None:
+                number = pickle.loads(request)["id"]
+                buffer = io.BytesIO()
+                torch.save({"id": number, "answer": ("value", os.system)}, buffer)
+                _send(conn, buffer.getvalue())
+
+    threading.Thread(target=forge, daemon=True).start()
+    oracle = Oracle(path, answer_seconds=5)
+    with pytest.raises(OracleError, match="not data"):
+        oracle.request("get", name="times")
+    oracle.close()
+    listener.close()

@@ -1,0 +1,410 @@
+"""`make grade`'s oracle: a function exercise checked by the judge, answered by the student.
+
+A function exercise's check calls the student's function on inputs and compares what comes
+back with what it expects. Run in the student's kernel, the comparison could be forged (an
+answer that rebinds `abs`, or wraps the grader's own record); so the checks run in the
+judge (tools/judge.py), where no student's code ran, and only the calls cross over:
+
+- the student's kernel, once its cells are done, serves (`serve`) on a Unix socket: it
+  looks up a name, calls a function, reads an attribute, iterates, in its own namespace;
+- the judge binds each name the instructor's answer defines (`Oracle.bind`) to what the
+  kernel holds: data by value, anything else (a function, a DataLoader) as a `Remote`
+  whose calls go to the kernel. The answer's imports are the instructor's, run here.
+
+What crosses: the judge's arguments, pickled (the judge's own data, unpickled by the
+student's process); the kernel's answers, written by `torch.save` and read by
+`torch.load(weights_only=True)`, which rebuilds tensors, numbers, strings and containers,
+never code. An exception crosses as its class's name and message, and is raised again here
+as that class when it is one Python or torch already defines. The check's expected values
+and its verdict stay in the judge; the student's process sees only the inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import os
+import pickle
+import socket
+import struct
+import sys
+import time
+import traceback
+
+LIMIT = 64 << 20  # the largest answer read back
+_HEADER = struct.Struct("!Q")
+
+
+class OracleError(RuntimeError):
+    """The student's kernel did not answer (gone, stopped, or it sent what is not data)."""
+
+
+class _Ref:
+    """A kernel object named in the judge's arguments (a `Remote` passed back)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+
+def _send(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_HEADER.pack(len(payload)) + payload)
+
+
+def _receive(sock: socket.socket) -> bytes | None:
+    header = _exactly(sock, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > LIMIT:
+        raise OracleError(f"the kernel's answer is {size} bytes, over {LIMIT}")
+    return _exactly(sock, size)
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+# The student's side ---------------------------------------------------------------------
+
+def serve(path: str, namespace: dict, seconds: float) -> int:
+    """Answer the judge's requests on a Unix socket at `path` with `namespace` (the kernel's),
+    until asked to stop or `seconds` pass; the number of requests answered."""
+    import torch  # noqa: F401 (the answers are written with torch.save)
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    deadline = time.monotonic() + seconds
+    handles: list = []
+    answered = 0
+    try:
+        while time.monotonic() < deadline:
+            listener.settimeout(max(deadline - time.monotonic(), 0.01))
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                break
+            with conn:
+                conn.settimeout(None)
+                while True:
+                    payload = _receive(conn)
+                    if payload is None:
+                        break
+                    request = pickle.loads(payload)  # the judge's own, trusted
+                    if request["op"] == "stop":
+                        return answered
+                    _send(conn, _answer(request, namespace, handles))
+                    answered += 1
+    finally:
+        listener.close()
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return answered
+
+
+def _answer(request: dict, namespace: dict, handles: list) -> bytes:
+    import torch
+
+    def resolve(value):
+        if isinstance(value, _Ref):
+            return handles[value.handle]
+        if isinstance(value, (list, tuple)):
+            return type(value)(resolve(v) for v in value)
+        if isinstance(value, dict):
+            return {k: resolve(v) for k, v in value.items()}
+        return value
+
+    saved = {k: os.environ.get(k) for k in request.get("env", {})}
+    try:
+        for k, v in request.get("env", {}).items():  # the check's environment, for the call
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        op = request["op"]
+        if op == "get":
+            if request["name"] not in namespace:
+                packed = ("missing",)
+            else:
+                packed = _pack(namespace[request["name"]], handles)
+        else:
+            target = handles[request["handle"]]
+            if op == "call":
+                value = target(*resolve(request["args"]), **resolve(request["kwargs"]))
+            elif op == "getattr":
+                value = getattr(target, request["name"])
+            elif op == "iter":
+                value = iter(target)
+            elif op == "next":
+                value = next(target)
+            elif op == "len":
+                value = len(target)
+            elif op == "getitem":
+                value = target[resolve(request["key"])]
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            packed = _pack(value, handles)
+    except StopIteration:
+        packed = ("stop",)
+    except BaseException as error:  # noqa: BLE001 (the student's: it goes back as data)
+        kind = type(error)
+        answers = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
+            error.__traceback__) if f.filename.startswith("<exercise ")]
+        packed = ("raised", kind.__module__, kind.__qualname__, str(error)[:2000],
+                  answers[-1] if answers else None)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    buffer = io.BytesIO()
+    try:
+        torch.save({"id": request["id"], "answer": packed}, buffer)
+    except Exception as error:  # noqa: BLE001
+        buffer = io.BytesIO()
+        torch.save({"id": request["id"], "answer": (
+            "raised", "tools.oracle", "OracleError", f"the answer could not be sent: {error}")},
+            buffer)
+    return buffer.getvalue()
+
+
+def _is_data(value) -> bool:
+    """Whether `torch.load(weights_only=True)` rebuilds `value` (so the judge can read it)."""
+    import torch
+
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, weights_only=True)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _pack(value, handles: list):
+    if _is_data(value):
+        return ("value", value)
+    if type(value) in (tuple, list):
+        return ("seq", type(value) is tuple, [_pack(v, handles) for v in value])
+    handles.append(value)
+    return ("handle", len(handles) - 1, callable(value), type(value).__qualname__)
+
+
+# The judge's side -----------------------------------------------------------------------
+
+class Oracle:
+    """The judge's connection to a student's kernel serving at `path`."""
+
+    def __init__(self, path: str | None, seconds: float = 10.0, answer_seconds: float = 60.0):
+        """`path`: where the kernel serves, None when it stopped before its last cell;
+        `answer_seconds`: how long one answer may take (a check's own timer is shorter)."""
+        self.path, self.sock, self._id = path, None, 0
+        self.gone = "the student's kernel stopped before it could answer"
+        self.answer_seconds = answer_seconds
+        if path:
+            self._connect(seconds)
+        self._environ = dict(os.environ)
+
+    def _connect(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(self.path)
+                sock.settimeout(self.answer_seconds)
+                self.sock = sock
+                return
+            except OSError as error:
+                sock.close()
+                if time.monotonic() >= deadline:
+                    self.gone = f"the student's kernel is not answering ({error.strerror})"
+                    return
+                time.sleep(0.05)
+
+    def request(self, op: str, **fields):
+        if self.sock is None:
+            raise OracleError(self.gone)
+        import torch
+
+        self._id += 1
+        env = {k: v for k, v in os.environ.items() if self._environ.get(k) != v}
+        env.update({k: None for k in self._environ if k not in os.environ})
+        fields = {k: _refs(v) for k, v in fields.items()}
+        try:
+            _send(self.sock, pickle.dumps({"id": self._id, "op": op, "env": env, **fields}))
+            while True:  # an answer to a call the judge stopped waiting for is skipped
+                payload = _receive(self.sock)
+                if payload is None:
+                    self.sock, self.gone = None, "the student's kernel closed the connection"
+                    raise OracleError(self.gone)
+                message = torch.load(io.BytesIO(payload), weights_only=True)
+                if isinstance(message, dict) and message.get("id") == self._id:
+                    break
+        except TimeoutError:
+            self.sock, self.gone = None, (f"the student's kernel gave no answer in "
+                                          f"{self.answer_seconds:g} s")
+            raise OracleError(self.gone) from None
+        except (OSError, pickle.PicklingError) as error:
+            raise OracleError(f"the call could not reach the student's kernel: {error}") \
+                from None
+        except Exception as error:  # noqa: BLE001 (not data: torch.load refused it)
+            if isinstance(error, OracleError):
+                raise
+            raise OracleError(f"the student's kernel sent what is not data: "
+                              f"{str(error).splitlines()[0][:200]}") from None
+        return self._unpack(message["answer"])
+
+    def _unpack(self, packed):
+        if not isinstance(packed, tuple) or not packed:
+            raise OracleError(f"the student's kernel sent {type(packed).__name__}, not an answer")
+        kind = packed[0]
+        if kind == "value":
+            return packed[1]
+        if kind == "seq":
+            items = [self._unpack(p) for p in packed[2]]
+            return tuple(items) if packed[1] else items
+        if kind == "handle":
+            return Remote(self, int(packed[1]), bool(packed[2]), str(packed[3]))
+        if kind == "stop":
+            raise StopIteration
+        if kind == "raised":
+            error = _exception(*packed[1:4])
+            where = packed[4] if len(packed) > 4 else None
+            if isinstance(where, tuple) and len(where) == 3:  # the answer's line that raised
+                error.oracle_where = (str(where[0]), int(where[1]), str(where[2]))
+            raise error
+        if kind == "missing":
+            return _MISSING
+        raise OracleError(f"the student's kernel sent an unknown answer {kind!r}")
+
+    def bind(self, namespace: dict, answer_source: str) -> None:
+        """Bind in `namespace` what the instructor's answer `answer_source` defines: its
+        imports run here (the instructor's lines); every other name it assigns, as the
+        student's kernel holds it (a name the kernel lacks is removed)."""
+        tree = ast.parse(answer_source)
+        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(imports, []), "<the answer's imports>", "exec"), namespace)
+        from tools.grade_cells import names
+
+        imported = {(a.asname or a.name).split(".")[0] for node in imports for a in node.names}
+        for name in sorted(names(answer_source)[0] - imported):
+            try:
+                value = self.request("get", name=name)
+            except OracleError as error:
+                value = _Gone(name, str(error))
+            if value is _MISSING:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+_MISSING = object()
+
+
+class _Gone:
+    """A name the judge could not get from the student's kernel: any use says why."""
+
+    def __init__(self, name: str, why: str):
+        self._why = f"{name}: {why}"
+
+    def __call__(self, *args, **kwargs):
+        raise OracleError(self._why)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise OracleError(self._why)
+
+    def __repr__(self):
+        return f"<not answered: {self._why}>"
+
+
+def stop(path: str, seconds: float = 2.0) -> None:
+    """Ask the kernel serving at `path` to stop (it returns from `serve`)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(seconds)
+    try:
+        sock.connect(path)
+        _send(sock, pickle.dumps({"id": 0, "op": "stop"}))
+    except OSError:
+        pass
+    finally:
+        sock.close()
+
+
+def _refs(value):
+    if isinstance(value, Remote):
+        return _Ref(object.__getattribute__(value, "_handle"))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_refs(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _refs(v) for k, v in value.items()}
+    return value
+
+
+# exceptions raised again as themselves: those of modules the judge has imported
+def _exception(module, qualname, message) -> BaseException:
+    owner = sys.modules.get(str(module))
+    kind = owner
+    for part in str(qualname).split("."):
+        kind = getattr(kind, part, None)
+    if isinstance(kind, type) and issubclass(kind, Exception) and kind is not OracleError:
+        try:
+            return kind(message)
+        except Exception:  # noqa: BLE001 (one that takes other arguments)
+            pass
+    return OracleError(f"{module}.{qualname}: {message}" if module != "builtins"
+                       else f"{qualname}: {message}")
+
+
+class Remote:
+    """What the student's kernel holds that is not data (a function, a sampler): each use
+    is a request to the kernel."""
+
+    def __init__(self, oracle: Oracle, handle: int, is_callable: bool, kind: str):
+        object.__setattr__(self, "_oracle", oracle)
+        object.__setattr__(self, "_handle", handle)
+        object.__setattr__(self, "_kind", kind)
+
+    def _ask(self, op, **fields):
+        return object.__getattribute__(self, "_oracle").request(
+            op, handle=object.__getattribute__(self, "_handle"), **fields)
+
+    def __call__(self, *args, **kwargs):
+        return self._ask("call", args=args, kwargs=kwargs)
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name=name)
+
+    def __iter__(self):
+        return self._ask("iter")
+
+    def __next__(self):
+        return self._ask("next")
+
+    def __len__(self):
+        return self._ask("len")
+
+    def __getitem__(self, key):
+        return self._ask("getitem", key=key)
+
+    def __repr__(self):
+        return f"<the student's {object.__getattribute__(self, '_kind')}>"
