@@ -707,3 +707,30 @@ def test_values_decode_as_data_only():
             from_json(bad)
     with pytest.raises(TypeError):
         to_json({"f": print})
+
+
+def test_executed_notebooks_come_back_small(tmp_path):
+    """A student's printing does not swell the notebook they get back: a cell's outputs are
+    cut to OUTPUT_CHARS, a long stream keeping its start and its end, the rest counted."""
+    from tools.grade import OUTPUT_CHARS, without_hidden_sources
+
+    nb = nbformat.v4.new_notebook()
+    loud = nbformat.v4.new_code_cell("print('x' * 5_000_000)")
+    loud.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="start" + "x" * 5_000_000 + "end\n")]
+    pictures = nbformat.v4.new_code_cell("show()")
+    pictures.outputs = [nbformat.v4.new_output("stream", name="stdout", text="drawn\n")] + [
+        nbformat.v4.new_output("display_data", data={"image/png": "A" * 60_000})
+        for _ in range(40)]
+    nb.cells = [loud, pictures]
+    nbformat.write(nb, tmp_path / "00_lesson.ipynb")
+    without_hidden_sources(tmp_path)
+    assert (tmp_path / "00_lesson.ipynb").stat().st_size < 3 * OUTPUT_CHARS
+    back = nbformat.read(tmp_path / "00_lesson.ipynb", as_version=4)
+    text = back.cells[0].outputs[0].text
+    assert text.startswith("start") and text.endswith("end\n") and "characters left out" in text
+    kinds = [o.output_type for o in back.cells[1].outputs]
+    assert kinds == ["stream", "display_data", "stream"], kinds  # one picture fits
+    counted = re.fullmatch(r"\[39 output\(s\), ([\d,]+) characters, left out\]\n",
+                           back.cells[1].outputs[-1].text)
+    assert counted and int(counted[1].replace(",", "")) > 39 * 60_000, back.cells[1].outputs[-1]

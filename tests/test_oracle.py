@@ -8,13 +8,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import torch
 
 from tools.course import REPO
-from tools.oracle import Oracle, OracleError, _receive, _send
+from tools.oracle import ENDED, Oracle, OracleError, _receive, _send
 
 STUDENT = """
 import os, sys, time
@@ -38,32 +37,29 @@ def env(name):
 def loader(n):
     return DataLoader(TensorDataset(torch.arange(n)), batch_size=2), "plain"
 def sleepy():
-    time.sleep(30)
-print(serve({path!r}, globals(), 60), flush=True)
+    time.sleep(6)
+print(serve({folder!r}, 1, globals(), 60), "answered", flush=True)
+print(serve({folder!r}, 2, globals(), 60), "answered", flush=True)
 """
 
 
 @pytest.fixture
 def student(tmp_path):
-    path = str(tmp_path / "s")
     process = subprocess.Popen([sys.executable, "-c", STUDENT.format(repo=str(REPO),
-                                                                      path=path)],
+                                                                      folder=str(tmp_path))],
                                stdout=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path) and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield path, process
+    yield str(tmp_path), process
     process.kill()
     process.wait()
 
 
 def test_the_judge_gets_data_and_calls_the_rest(student):
-    path, process = student
-    oracle = Oracle(path, answer_seconds=5)
+    folder, process = student
+    oracle = Oracle(folder, first=1, wait_seconds=60, answer_seconds=2)
     ns = {}
     oracle.bind(ns, "import math\nscale = 2\ndef times(x): ...\ndef picky(x): ...\n"
                     "def refuse(): ...\ndef env(n): ...\ndef loader(n): ...\n"
-                    "def sleepy(): ...\ndef absent(): ...")
+                    "def sleepy(): ...\ndef absent(): ...", 1)
     assert ns["math"].pi > 3  # the instructor's import, run here
     assert ns["scale"] == 3 and "absent" not in ns  # the student's value; what they lack
     assert ns["times"](5) == 15
@@ -82,22 +78,30 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
     remote, word = ns["loader"](5)  # not data: used through the kernel
     assert word == "plain" and len(remote) == 3
     assert [b[0].tolist() for b in remote] == [[0, 1], [2, 3], [4]]
-    with pytest.raises(OracleError, match="no answer in 5 s"):
+    with pytest.raises(OracleError, match="no answer in 2 s"):
         ns["sleepy"]()
-    with pytest.raises(OracleError, match="no answer in 5 s"):
+    with pytest.raises(OracleError, match="no answer in 2 s"):
         ns["times"](1)  # the kernel is still busy: it is not waited for again
-    oracle.close()
+    # the next exercise: the kernel went on (its first wait ended), and answers again
+    oracle.bind(ns, "def times(x): ...", 2)
+    assert process.stdout.readline().split()[1] == "answered"
+    assert ns["times"](2) == 6
+    oracle.close()  # the judge is done: the kernel goes on
+    assert process.stdout.readline() == "2 answered\n"  # the get of `times`, and a call
+    assert process.wait(timeout=10) == 0
 
 
 def test_a_kernel_that_stopped_or_forges_answers_fails_the_check(tmp_path):
+    (tmp_path / ENDED).touch()  # the lesson stopped before the exercise
     ns = {}
-    Oracle(None).bind(ns, "def times(x): ...")
+    Oracle(str(tmp_path), first=1).bind(ns, "def times(x): ...", 1)
     with pytest.raises(OracleError, match="stopped before it could answer"):
         ns["times"](1)
     # a kernel that answers with code, not data: refused, never run
-    path = str(tmp_path / "forger")
+    folder = tmp_path / "forger"
+    folder.mkdir()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    listener.bind(str(folder / "1"))
     listener.listen(1)
 
     def forge():
@@ -110,7 +114,8 @@ def test_a_kernel_that_stopped_or_forges_answers_fails_the_check(tmp_path):
                 _send(conn, buffer.getvalue())
 
     threading.Thread(target=forge, daemon=True).start()
-    oracle = Oracle(path, answer_seconds=5)
+    oracle = Oracle(str(folder), first=1, answer_seconds=5)
+    oracle._connect(1)
     with pytest.raises(OracleError, match="not data"):
         oracle.request("get", name="times")
     oracle.close()

@@ -41,13 +41,13 @@ def uses_cluster(nb) -> bool:
                for cell in nb.cells if cell.cell_type == "code")
 
 
-def why_not_here(path: Path) -> str | None:
+def why_not_here(path: Path, nb=None) -> str | None:
     """Why lesson `path` cannot run on this machine, or None. Only a lesson that uses the
     cluster (lesson 32) can be refused: its hosts and Slurm need Linux and root. CI sets
     DDP_COURSE_REQUIRE_CLUSTER=1, so that there it always runs, and fails if it cannot."""
     if os.environ.get("DDP_COURSE_REQUIRE_CLUSTER") == "1":
         return None
-    if not uses_cluster(nbformat.read(path, as_version=4)):
+    if not uses_cluster(nb if nb is not None else nbformat.read(path, as_version=4)):
         return None
     from tools import cluster
     return cluster.why_not()

@@ -19,9 +19,13 @@ harnesses in `ddp_scripts/`) are put back.
 Each student is graded by a process of its own (in a session of its own, its processes
 under the limits of tools/sandbox.py), so that a student's code that kills it stops that
 student's grading only; after each student the instructor's course files and the clean
-copy are compared with their state before grading, and put back. The checks of a script
-exercise run in the judge (tools/judge.py), a process forked before any of the student's
-code runs, after the student's kernel is gone: an answer cannot rebind what they call.
+copy are compared with their state before grading, and put back. Every check runs in the
+judge (tools/judge.py), a process forked before any of the student's code runs, once the
+student's kernel has run its cells: an answer cannot rebind what a check calls, and a
+hidden check's source never enters the student's process. A check of a script exercise
+launches the student's script; a check of a function exercise calls the student's
+functions in their kernel, which answers the judge's calls as data (tools/oracle.py).
+Lessons that build hosts (32, 34) are still checked in the kernel.
 With two or more students, the lessons' experiments run once, with the instructor's
 notebooks, and their values (JSON, decoded as data) reach every student from memory.
 
@@ -88,7 +92,7 @@ from tools.exercises import (
     written_scripts,
 )
 from tools.grade_cells import launches, names, needed_cells
-from tools.oracle import stop as stop_serving
+from tools.oracle import ENDED, JUDGED, STOPPED
 
 
 def cell_backstop() -> float:
@@ -320,7 +324,14 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
               and not (needed_cells(sources, {k}, setup=False) & answers_and_added)}
 
     cells = [_code(setup_source, None)]
+    answered = {ex.number for ex in exercises if ex.number in judged
+                and not WRITEFILE.match(teacher.cells[ex.solution].source)}
     for k, (kind, index, source, owner) in enumerate(sequence):
+        if kind == "judged":
+            _note_tampering(teacher, student_by_id, owner, notes)
+            if owner.number in answered:  # the kernel answers the judge's calls here
+                cells.append(_code(f"__grader__.serve({owner.number})", index))
+            continue
         if k not in run:
             continue
         if kind == "parameters":  # as it is: papermill sets world_size after it
@@ -334,10 +345,9 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                                f"notebook')", index))
         elif kind == "solution":
             cells.append(_code(f"__grader__.solution({owner.number}, {source!r})", index))
-        elif kind in ("check", "judged"):
+        elif kind == "check":
             _note_tampering(teacher, student_by_id, owner, notes)
-            if kind == "check":
-                cells += _check_calls(teacher, owner, index)
+            cells += _check_calls(teacher, owner, index)
         else:
             label = f"your cell {owner}" if kind == "added" else f"lesson cell {index + 1}"
             extra = _kept_as(stem, index, source, [sources[j] for j in run if j > k]) \
@@ -359,8 +369,6 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                  if ex.number in answers and BEGIN in teacher.cells[ex.solution].source
                  and normalized(answers[ex.number].source)
                  == normalized(stub_source(teacher.cells[ex.solution].source))}
-    answered = {ex.number for ex in exercises if ex.number in judged
-                and not WRITEFILE.match(teacher.cells[ex.solution].source)}
     return Plan(nb, _parts_of(teacher), notes, tuple(sorted(Path(t).name for t in targets)),
                 untouched, judge_cells, judged, answered)
 
@@ -391,7 +399,8 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
         elif kind == "judged":
             answer = teacher.cells[owner.solution].source
             if not WRITEFILE.match(answer):  # the student's functions, from their kernel
-                cells.append(("bind", f"__oracle__.bind(globals(), {answer!r})"))
+                cells.append(("bind", f"__oracle__.bind(globals(), {answer!r}, "
+                                      f"{owner.number})"))
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
@@ -470,7 +479,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     """Execute one student's lesson in `course` (a stubbed copy of the course) and grade
     it. Raises only when the grader cannot run (an unreadable instructor's notebook, a
     kernel that never starts). Whatever the lesson started is killed before it returns."""
-    teacher = nbformat.read(teacher_path, as_version=4)
+    teacher = read_teacher(teacher_path)
     stem = teacher_path.stem
     try:
         student = nbformat.read(student_path, as_version=4)
@@ -496,10 +505,10 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
               f"{str(cache or '')!r}, {cell_backstop()!r}, {write_cache!r})\n"
               "del _sys, _KernelGrader")
     plan.notebook.cells[0].source = setup
-    oracle = None
-    if plan.answered:  # the kernel's last cell answers the judge's calls (tools/oracle.py)
-        oracle = os.path.join(tempfile.mkdtemp(prefix="ddp-oracle-"), "socket")
-        plan.notebook.cells.append(_code(f"__grader__.serve({oracle!r})", None))
+    # where the kernel answers the judge's calls (tools/oracle.py), and says it has ended
+    oracle = Path(tempfile.mkdtemp(prefix="ddp-oracle-")) if plan.judged else None
+    if oracle:
+        plan.notebook.cells[0].source += f"\n__grader__.oracle = {str(oracle)!r}"
     start = time.monotonic()
     stopped = ""
     # the warm server that this student's lessons share, started before the marker that
@@ -516,21 +525,20 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
             execute(plan.notebook, executed, course, world_size=world_size)
         except Exception as error:  # noqa: BLE001 (the lesson stopped: its time, a dead kernel)
             failure.append(error)
+        finally:
+            if oracle:
+                (oracle / ENDED).touch()
 
     judged, judge_stopped = [], ""
     thread = threading.Thread(target=kernel, name=f"kernel {stem}", daemon=True)
     try:
         thread.start()
-        # the judge starts once the kernel is done, or waits (idle) to answer its calls
-        while thread.is_alive() and not (oracle and os.path.exists(oracle)):
-            thread.join(0.05)
-        if plan.judged:  # the checks, in a process where no student's code ran
-            serving = oracle if oracle and os.path.exists(oracle) else None
+        if plan.judged:  # the checks, in a process where no student's code ran; it runs
+            # while the kernel waits for it, at each function exercise, and once it has ended
             judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
                                               course, pristine, protected, cache, write_cache,
-                                              out_dir / f"{stem}.judge-running", serving)
-        if oracle:
-            stop_serving(oracle)
+                                              out_dir / f"{stem}.judge-running", oracle)
+            (oracle / JUDGED).touch()  # a kernel still waiting for the judge goes on
         thread.join()
     finally:
         if saved is None:
@@ -539,7 +547,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
             os.environ[MARKER] = saved
         kill_marked(mark)
         if oracle:
-            shutil.rmtree(os.path.dirname(oracle), ignore_errors=True)
+            shutil.rmtree(oracle, ignore_errors=True)
     if failure:
         stopped = _why_it_stopped(failure[0], results.with_suffix(".running"))
     if not stopped:  # what was running, kept only to say where a lesson stopped
@@ -562,10 +570,14 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
 HIDDEN_PART = re.compile(r"^__grader__\.part\((\d+), ([1-9]\d*), ")
 
 
+OUTPUT_CHARS = 100_000  # of a cell's outputs kept in an executed notebook
+
+
 def without_hidden_sources(folder: Path) -> None:
     """The executed notebooks in `folder`, which may go back to the student, with each
-    hidden check's source replaced by a line that names it (its outcome stays); the inputs
-    papermill ran (hidden checks and all) removed."""
+    hidden check's source replaced by a line that names it (its outcome stays), and each
+    cell's outputs cut to OUTPUT_CHARS characters; the inputs papermill ran (hidden checks
+    and all) removed."""
     for path in Path(folder).glob("*.input.ipynb"):
         path.unlink(missing_ok=True)
     for path in Path(folder).glob("*.ipynb"):
@@ -578,7 +590,37 @@ def without_hidden_sources(folder: Path) -> None:
             m = HIDDEN_PART.match(cell.source) if cell.cell_type == "code" else None
             if m:
                 cell.source = f"# exercise {m[1]}, hidden check {m[2]}: its source is not shown"
+            if cell.cell_type == "code":
+                cell.outputs = capped_outputs(cell.outputs)
         nbformat.write(nb, path)
+
+
+def capped_outputs(outputs: list, limit: int = OUTPUT_CHARS) -> list:
+    """A cell's outputs within about `limit` characters: a long stream keeps its start and
+    its end; outputs past the limit are replaced by one line that counts them."""
+    kept, left = [], limit
+    for k, output in enumerate(outputs):
+        size = len(json.dumps(output))
+        if size <= left:
+            kept.append(output)
+            left -= size
+            continue
+        if output.get("output_type") == "stream" and left > 1000:
+            text = output.get("text", "")
+            head, tail = (left - 200) * 4 // 5, (left - 200) // 5
+            kept.append(nbformat.v4.new_output(
+                "stream", name=output.get("name", "stdout"),
+                text=f"{text[:head]}\n[... {len(text) - head - tail:,} characters left out "
+                     f"...]\n{text[-tail:]}"))
+            k += 1
+        rest = outputs[k:]
+        if rest:
+            chars = sum(len(json.dumps(o)) for o in rest)
+            kept.append(nbformat.v4.new_output(
+                "stream", name="stdout",
+                text=f"[{len(rest)} output(s), {chars:,} characters, left out]\n"))
+        break
+    return kept
 
 
 def _parts_of(teacher) -> list[Part]:
@@ -594,7 +636,7 @@ def _parts_of(teacher) -> list[Part]:
 
 def _unrun(teacher: Path, status: str, message: str, note: str) -> LessonGrade:
     """A lesson graded without running: every part `status`, with `message`."""
-    grade = LessonGrade(teacher.stem, _parts_of(nbformat.read(teacher, as_version=4)),
+    grade = LessonGrade(teacher.stem, _parts_of(read_teacher(teacher)),
                         status=status, notes=[note])
     for part in grade.parts:
         part.status, part.message = status, message
@@ -627,18 +669,21 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> list:
 
 
 def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
-              cache, write_cache, running: Path, oracle: str | None = None) -> tuple[list, str]:
+              cache, write_cache, running: Path, oracle: Path) -> tuple[list, str]:
     """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course,
-    with the student's functions answered by their kernel serving at `oracle` (None: it
-    stopped before); (the results, as the kernel's, and why the judge stopped or "")."""
+    with the student's functions answered by their kernel, in the folder `oracle`; it starts
+    at the kernel's first function exercise, or once the kernel has ended. (The results, as
+    the kernel's, and why the judge stopped or "".)"""
+    first = min(plan.answered, default=None)
     setup = ("from tools.grade_kernel import KernelGrader as _KernelGrader\n"
              "from tools.oracle import Oracle as _Oracle\n"
-             f"__oracle__ = _Oracle({oracle!r})\n"
+             f"__oracle__ = _Oracle({str(oracle)!r}, {first!r}, {2 * lesson_timeout!r})\n"
              f"__grader__ = _KernelGrader(__judge_results__, {timeout!r}, {lesson_timeout!r}, "
              f"{str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
              f"{repr(str(cache or '')) if write_cache else '__judge_cache__'}, None, "
              f"{write_cache!r}, {str(running)!r})\n"
-             "del _KernelGrader, _Oracle\n__grader__.restore()")
+             "del _KernelGrader, _Oracle\n__grader__.restore()\n"
+             "__grader__.check_slack = 5.0  # the kernel's own timer stops a call first")
     cells = [setup]
     for kind, source in plan.judged:
         cells.append(source)
@@ -650,7 +695,7 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
         shared = {zygote.SHARED: os.environ[zygote.SHARED]} if zygote.SHARED in os.environ \
             else {}  # the kernels' warm server, for the judge's launches too
         return judge.run({"cells": cells, "cwd": str(course / "notebooks"), "env": shared,
-                          "marker_name": MARKER, "marker": mark}, lesson_timeout + 60)
+                          "marker_name": MARKER, "marker": mark}, 2 * lesson_timeout + 120)
     finally:
         kill_marked(mark)
         running.unlink(missing_ok=True)
@@ -679,6 +724,8 @@ def _fill_judged(grade: LessonGrade, kernel: list, judged: list, stopped: str,
         elif entry is None:
             part.status = "not run"
             part.message = stopped or "no result recorded by the judge"
+        elif grade.stopped and STOPPED in entry["message"]:
+            part.status, part.message = "not run", "the lesson stopped before it"
         else:
             part.status, part.message = entry["status"], entry["message"]
             part.detail, part.seconds = entry.get("detail", ""), entry["seconds"]
@@ -788,14 +835,13 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
     """`cache`: the instructor's run writes the values of the lessons' experiments there
     (`write_cache`); a student's run reads them there."""
     course = out / "work" / _safe(name)
-    if course.exists():
-        shutil.rmtree(course)
-    shutil.copytree(pristine, course)
+    _empty(course)  # (in a student's view, a folder of its own: emptied, not removed)
+    shutil.copytree(pristine, course, dirs_exist_ok=True)
     grades = []
     try:
         for teacher in teacher_lessons:
             stem = teacher.stem
-            reason = why_not_here(teacher)
+            reason = why_not_here(teacher, read_teacher(teacher))
             if stem not in notebooks:
                 grade = _unrun(teacher, "missing", f"{stem}.ipynb was not handed in",
                                f"{stem}.ipynb was not handed in")
@@ -814,8 +860,17 @@ def grade_student(name: str, notebooks: dict[str, Path], teacher_lessons: list[P
             from tools.gradebook import print_lesson
             print_lesson(name, grade)
     finally:
-        shutil.rmtree(course, ignore_errors=True)
+        _empty(course)
     return grades
+
+
+def _empty(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _safe(name: str) -> str:
@@ -971,7 +1026,8 @@ def main(argv=None) -> int:
                 print(f"# {name}", flush=True)
                 start = time.monotonic()
                 grades, finished = grade_in_child(name, notebooks, lessons_here, pristine,
-                                                  protected, out, args, notes, cache=cache)
+                                                  protected, out, args, notes, cache=cache,
+                                                  hand_ins=tuple(handed_in))
                 without_hidden_sources(out / "executed" / _safe(name))
                 # what this student's code changed for the next ones, found and put back
                 changed = course_files.restore() + site.restore() + [
@@ -1001,7 +1057,11 @@ def main(argv=None) -> int:
     print(f"\ngradebook: {out / f'gradebook{suffix}.csv'}; totals (for an LMS): "
           f"{out / f'totals{suffix}.csv'}; report: {out / f'report{suffix}.md'}; feedback: "
           f"{out / 'feedback'}/")
-    print(f"limits: {sandbox.Sandbox.make(f'probe-{os.getpid()}').describe_and_remove()}")
+    view = ("; in a view of the files of its own (the course read-only, your notebooks, the "
+            "other students' work and the gradebook hidden) and a process namespace of its own"
+            if confining() else "; no view of its own (that needs root on Linux): it could "
+            "read your notebooks and the other students' work")
+    print(f"limits: {sandbox.Sandbox.make(f'probe-{os.getpid()}').describe_and_remove()}{view}")
     complete = all(p.status == "passed" for grades, _ in gradebook_rows.values()
                    for g in grades for p in g.parts if g.status != "not graded")
     return 1 if args.require_all and not complete else 0
@@ -1132,29 +1192,34 @@ def load_kept(out: Path, name: str, key: str):
 
 
 def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args, notes,
-                   reference: Path | None = None, cache: dict | None = None):
+                   reference: Path | None = None, cache: dict | None = None,
+                   hand_ins: tuple = ()):
     """grade_student in a process of its own, in a session of its own and in the student's
     sandbox (tools/sandbox.py): a student's code that kills its parent, or the whole
     session, ends that process, not the class's run. Returns (grades, finished): the
     grades it sent back over a pipe of its own when it exited with status 0, else every
     part failed, saying why, and finished False. `reference`: the folder where the
-    instructor's run writes its experiments' values; `cache`: those values, for a student's."""
+    instructor's run writes its experiments' values; `cache`: those values, for a student's.
+    As root, the process sees the files through a view of its own (`student_view`) and no
+    process but its own (tools/sandbox.py, `confine`); `hand_ins`: every student's notebooks."""
     work = out / "work"
     job = work / f"{_safe(name)}.job.json"
+    view = student_view(name, notebooks, out, reference, hand_ins) if confining() else None
     job.write_text(json.dumps({
         "name": name, "notebooks": {s: str(p) for s, p in notebooks.items()},
         "lessons": [str(p) for p in lessons_here], "pristine": str(pristine),
         "protected": protected, "out": str(out), "notes": list(notes),
         "world_size": args.world_size, "timeout": args.timeout,
         "lesson_timeout": args.lesson_timeout, "cell_timeout": course.CELL_TIMEOUT_S,
-        "reference": str(reference or ""), "cache": cache or {}}))
+        "reference": str(reference or ""), "cache": cache or {}, "view": view}))
     limit = len(lessons_here) * (args.lesson_timeout + 120) + 120
     box = sandbox.Sandbox.make(f"{_safe(name)}-{os.getpid()}")
     reading, writing = os.pipe()
     env = {**os.environ, "PYTHONNOUSERSITE": "1",  # nothing from ~/.local, a fresh
            "IPYTHONDIR": str(work / f"{_safe(name)}.ipython")}  # IPython profile
-    child = subprocess.Popen([sys.executable, "-m", "tools.grade", "--one-student", str(job),
-                              "--result-fd", str(writing)],
+    command = [sys.executable, "-m", "tools.grade", "--one-student", str(job),
+               "--result-fd", str(writing)]
+    child = subprocess.Popen(sandbox.confined_command(command) if view else command,
                              cwd=REPO, start_new_session=True, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, errors="replace",
                              pass_fds=(writing,), preexec_fn=box.enter, env=env)
@@ -1178,6 +1243,7 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
         child.wait()
         kill_marked_by(child.pid)
         box.remove()
+        shutil.rmtree(work / _safe(name), ignore_errors=True)  # its course, emptied by it
         for relay in relays:
             relay.join(timeout=10)
     if code == 0 and sent:
@@ -1201,6 +1267,43 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
             pass
         print_lesson(name, grade)
     return grades, False
+
+
+def confining() -> bool:
+    """Whether each student is graded in a view of its own (root on Linux; tools/sandbox.py).
+    DDP_GRADE_CONFINE=0 turns it off."""
+    return os.environ.get("DDP_GRADE_CONFINE", "1") != "0" and sandbox.can_confine()
+
+
+def student_view(name: str, notebooks: dict, out: Path, reference: Path | None,
+                 hand_ins=()) -> dict:
+    """What a student's grading process sees (tools/sandbox.py, `confine`), as JSON: the
+    repository read-only, without the instructor's notebooks (shown: only the notebooks
+    being graded, when they are the instructor's), its history or other builds; of the
+    class's folders, only this student's notebooks, read-only; of --out, the clean copy
+    (read-only) and this student's own course, IPython profile, executed notebooks and
+    the instructor's run's values folder."""
+    own = {str(Path(p).resolve()) for p in notebooks.values()}
+    hidden: dict[str, dict[str, bool]] = {str(REPO / "notebooks"): {}, str(REPO / ".git"): {}}
+    out = out.resolve()
+    build = REPO / "build"
+    if build.is_dir():
+        for entry in build.iterdir():
+            if entry.is_dir() and entry != out and entry not in out.parents:
+                hidden[str(entry)] = {}
+    for path in {str(Path(p).resolve()) for p in hand_ins} | own:
+        shown = hidden.setdefault(str(Path(path).parent), {})
+        if path in own:
+            shown[path] = False
+    work = out / "work"
+    mine = {work / "pristine": False, work / _safe(name): True,
+            work / f"{_safe(name)}.ipython": True, out / "executed" / _safe(name): True}
+    if reference:
+        mine[Path(reference).resolve()] = True
+    hidden[str(out)] = {str(p): w for p, w in mine.items()}
+    read_only = sorted({str(REPO)} | {str(Path(p).parent) for p in hand_ins} |
+                       {str(Path(p).parent) for p in own})
+    return {"read_only": read_only, "hidden": hidden}
 
 
 REFERENCE = "the instructor's answers"
@@ -1261,8 +1364,27 @@ def _one_student(job_path: Path, result_fd: int) -> int:
         cache = Path(tempfile.mkdtemp(prefix="cache-", dir=Path(job["out"]) / "work"))
         for file, text in job["cache"].items():
             (cache / file).write_text(text)
+    for path in job["lessons"]:  # before the view hides them
+        TEACHERS[path] = Path(path).read_text()
+    judged = any(has_judged_exercises(Path(p)) for p in job["lessons"])
+    if job.get("view"):
+        view = job["view"]
+        shown = view["hidden"][job["out"]]
+        if cache is not None:
+            shown[str(cache)] = True
+        for path, writable in shown.items():
+            if writable:
+                Path(path).mkdir(parents=True, exist_ok=True)
+        cluster = any(uses_cluster(read_teacher(Path(p))) for p in job["lessons"])
+        try:  # lessons that build hosts mount their network namespaces
+            sandbox.confine([Path(p) for p in view["read_only"]],
+                            {Path(k): {Path(p): w for p, w in v.items()}
+                             for k, v in view["hidden"].items()}, keep_mounting=cluster)
+        except OSError as error:
+            print(f"grade: {job['name']} graded without a view of its own: {error}",
+                  file=sys.stderr)
     judge = None
-    if any(has_judged_exercises(Path(p)) for p in job["lessons"]):
+    if judged:
         from tools.judge import Judge
         judge = Judge(job["cache"])  # before any of the student's code runs
     try:
@@ -1284,10 +1406,20 @@ def _one_student(job_path: Path, result_fd: int) -> int:
     return 0
 
 
+TEACHERS: dict[str, str] = {}  # the instructor's notebooks, read before a view hid them
+
+
+def read_teacher(path: Path):
+    """An instructor's notebook: as read before the student's view hid it, else from disk."""
+    text = TEACHERS.get(str(path))
+    return nbformat.reads(text, as_version=4) if text is not None \
+        else nbformat.read(path, as_version=4)
+
+
 def has_judged_exercises(teacher: Path) -> bool:
     """Whether a lesson has exercises the judge checks (tools/judge.py): any, where no
     hosts are built."""
-    nb = nbformat.read(teacher, as_version=4)
+    nb = read_teacher(teacher)
     return not uses_cluster(nb) and bool(exercise_list(nb, strict=False))
 
 

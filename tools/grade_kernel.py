@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -72,6 +73,8 @@ class KernelGrader:
         # The cell being run, for when the kernel dies or papermill's backstop timeout stops
         # the notebook: papermill then writes no executed copy to read it from.
         self.running = Path(running) if running else self.results.with_suffix(".running")
+        self.oracle = ""  # the folder where the kernel answers the judge (tools/oracle.py)
+        self.check_slack = 0.0  # in the judge: more time for a check than the kernel's call
         signal.signal(signal.SIGALRM, self._expire)
         events = get_ipython().events  # noqa: F821 (the kernel's own)
         events.register("pre_run_cell", self._starting)
@@ -115,7 +118,7 @@ class KernelGrader:
         python = shell.transform_cell(source)  # %%writefile and other magics into calls
         code = compile_check(python, filename) if rewrite else compile(python, filename,
                                                                        "exec")
-        self._arm(self.timeout)
+        self._arm(self.timeout + (self.check_slack if rewrite else 0.0))
         try:
             exec(code, shell.user_ns)
         finally:
@@ -262,16 +265,29 @@ class KernelGrader:
         if self._stops_the_lesson(error):
             raise error
 
-    def serve(self, path: str) -> None:
-        """The lesson's last cell when the judge checks a function exercise: answer the
-        judge's calls on the student's functions (tools/oracle.py) until it is done."""
+    def serve(self, number: int) -> None:
+        """Where a function exercise's check was: answer the judge's calls on the student's
+        functions (tools/oracle.py), each under the exercise's timeout, until the judge
+        lets the lesson go on."""
         from tools.oracle import serve
 
         self._disarm()  # the judge has its own time; papermill's backstop still stands
-        self._doing("answering the judge's calls", path)
-        answered = serve(path, get_ipython().user_ns,  # noqa: F821 (the kernel's own)
-                         0.9 * (self.backstop or 300))
-        print(f"answered {answered} of the judge's calls")
+        self._doing(f"exercise {number}, answering the judge's calls", "")
+        answered = serve(self.oracle, number, get_ipython().user_ns,  # noqa: F821
+                         0.9 * (self.backstop or 300), self._call_timer)
+        print(f"exercise {number}: answered {answered} of the judge's calls")
+
+    @contextlib.contextmanager
+    def _call_timer(self):
+        self._expiring = ExerciseTimeout(f"still running after {self.timeout:g} s, stopped")
+        signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        try:
+            yield
+        except ExerciseTimeout:
+            stop_child_processes()  # what the call started
+            raise
+        finally:
+            self._disarm()
 
     def restore(self) -> list[str]:
         """Put back every protected file of the course that differs from the instructor's."""

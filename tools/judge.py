@@ -1,8 +1,10 @@
-"""`make grade`'s judge: the checks of the script exercises, run where no student's code ran.
+"""`make grade`'s judge: the exercises' checks, run where no student's code ran.
 
-A script exercise's checks launch the student's script and judge what it wrote. In the
-student's kernel, an answer could rebind what a check calls (`launch`, `abs`, `sorted`,
-`AssertionError`) and pass it; here the checks run in a process of the grader's own:
+A script exercise's checks launch the student's script and judge what it wrote; a function
+exercise's call the student's functions and judge what they return. In the student's
+kernel, an answer could rebind what a check calls (`launch`, `abs`, `sorted`,
+`AssertionError`, the grader's record) and pass it; here the checks run in a process of
+the grader's own:
 
 - `Judge()` forks a server from the grading process as it starts, before any student's
   code has run anywhere, with the course's tools, IPython and torch imported from the
@@ -10,7 +12,8 @@ student's kernel, an answer could rebind what a check calls (`launch`, `abs`, `s
 - for each lesson, `run(job)` has the server fork a worker, which runs the judge's cells
   (tools/grade.py, `plan_lesson`: the lesson's own cells that the checks need, then the
   visible and hidden checks; no cell of the student's) in an IPython shell of its own, in
-  the student's course, after the student's kernel is gone;
+  the student's course, once the student's kernel has run its cells; the student's
+  functions are answered by that kernel, waiting idle in its last cell (tools/oracle.py);
 - what the checks find comes back over a pipe, as the kernel's results do in a file.
 
 A student's code that kills the judge fails those checks ("the judge stopped"); the

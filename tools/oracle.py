@@ -5,11 +5,17 @@ back with what it expects. Run in the student's kernel, the comparison could be 
 answer that rebinds `abs`, or wraps the grader's own record); so the checks run in the
 judge (tools/judge.py), where no student's code ran, and only the calls cross over:
 
-- the student's kernel, once its cells are done, serves (`serve`) on a Unix socket: it
-  looks up a name, calls a function, reads an attribute, iterates, in its own namespace;
+- the student's kernel, where the exercise's check was, waits (`serve`) on a Unix socket
+  of that exercise: it looks up a name, calls a function (each call under the exercise's
+  timeout), reads an attribute, iterates, in its own namespace, until the judge lets it go
+  on to its next cell;
 - the judge binds each name the instructor's answer defines (`Oracle.bind`) to what the
   kernel holds: data by value, anything else (a function, a DataLoader) as a `Remote`
   whose calls go to the kernel. The answer's imports are the instructor's, run here.
+- the judge and the kernel take turns: the judge starts once the kernel waits at its first
+  function exercise (or has ended), and lets the kernel go on when it reaches the next
+  one; so the checks see the answer as it was right after it ran, and a lesson that stops
+  later keeps the verdicts of the exercises before.
 
 What crosses: the judge's arguments, pickled (the judge's own data, unpickled by the
 student's process); the kernel's answers, written by `torch.save` and read by
@@ -32,6 +38,7 @@ import time
 import traceback
 
 LIMIT = 64 << 20  # the largest answer read back
+ENDED, JUDGED = "kernel-ended", "judge-done"  # files in the folder: who is done
 _HEADER = struct.Struct("!Q")
 
 
@@ -73,35 +80,42 @@ def _exactly(sock: socket.socket, size: int) -> bytes | None:
 
 # The student's side ---------------------------------------------------------------------
 
-def serve(path: str, namespace: dict, seconds: float) -> int:
-    """Answer the judge's requests on a Unix socket at `path` with `namespace` (the kernel's),
-    until asked to stop or `seconds` pass; the number of requests answered."""
+def serve(folder: str, number: int, namespace: dict, seconds: float, guard=None) -> int:
+    """Answer the judge's requests for exercise `number` on a Unix socket in `folder` with
+    `namespace` (the kernel's), until the judge lets go (or is done), or `seconds` pass;
+    the number of requests answered. `guard()`: a context for each call (its timer)."""
     import torch  # noqa: F401 (the answers are written with torch.save)
 
+    path = os.path.join(folder, str(number))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
-    listener.listen(4)
+    listener.listen(1)
     deadline = time.monotonic() + seconds
     handles: list = []
     answered = 0
     try:
         while time.monotonic() < deadline:
-            listener.settimeout(max(deadline - time.monotonic(), 0.01))
+            if os.path.exists(os.path.join(folder, JUDGED)):
+                break  # the judge is done (or gone): nobody will call
+            listener.settimeout(0.2)
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
-                break
+                continue
             with conn:
                 conn.settimeout(None)
-                while True:
-                    payload = _receive(conn)
-                    if payload is None:
-                        break
-                    request = pickle.loads(payload)  # the judge's own, trusted
-                    if request["op"] == "stop":
-                        return answered
-                    _send(conn, _answer(request, namespace, handles))
-                    answered += 1
+                try:
+                    while True:
+                        payload = _receive(conn)
+                        if payload is None:
+                            return answered
+                        request = pickle.loads(payload)  # the judge's own, trusted
+                        if request["op"] == "stop":
+                            return answered
+                        _send(conn, _answer(request, namespace, handles, guard))
+                        answered += 1
+                except OSError:  # the judge left (it stopped waiting for a call)
+                    return answered
     finally:
         listener.close()
         try:
@@ -111,7 +125,7 @@ def serve(path: str, namespace: dict, seconds: float) -> int:
     return answered
 
 
-def _answer(request: dict, namespace: dict, handles: list) -> bytes:
+def _answer(request: dict, namespace: dict, handles: list, guard=None) -> bytes:
     import torch
 
     def resolve(value):
@@ -139,7 +153,12 @@ def _answer(request: dict, namespace: dict, handles: list) -> bytes:
         else:
             target = handles[request["handle"]]
             if op == "call":
-                value = target(*resolve(request["args"]), **resolve(request["kwargs"]))
+                args, kwargs = resolve(request["args"]), resolve(request["kwargs"])
+                if guard is None:
+                    value = target(*args, **kwargs)
+                else:
+                    with guard():
+                        value = target(*args, **kwargs)
             elif op == "getattr":
                 value = getattr(target, request["name"])
             elif op == "iter":
@@ -203,34 +222,61 @@ def _pack(value, handles: list):
 
 # The judge's side -----------------------------------------------------------------------
 
+STOPPED = "the student's kernel stopped before it could answer"
+
+
 class Oracle:
-    """The judge's connection to a student's kernel serving at `path`."""
+    """The judge's side: the student's kernel, answering in `folder` (tools/grade.py)."""
 
-    def __init__(self, path: str | None, seconds: float = 10.0, answer_seconds: float = 60.0):
-        """`path`: where the kernel serves, None when it stopped before its last cell;
-        `answer_seconds`: how long one answer may take (a check's own timer is shorter)."""
-        self.path, self.sock, self._id = path, None, 0
-        self.gone = "the student's kernel stopped before it could answer"
-        self.answer_seconds = answer_seconds
-        if path:
-            self._connect(seconds)
+    def __init__(self, folder: str | None, first: int | None = None,
+                 wait_seconds: float = 1200.0, answer_seconds: float = 300.0):
+        """Waits until the kernel is at function exercise `first` (None: until it has
+        ended), at most `wait_seconds`. `answer_seconds`: the most one answer may take
+        (the kernel's timer for a call is shorter)."""
+        self.folder, self.sock, self._id = folder, None, 0
+        self.wait_seconds, self.answer_seconds = wait_seconds, answer_seconds
+        self.gone = STOPPED
         self._environ = dict(os.environ)
+        if folder:
+            self._wait(first)
 
-    def _connect(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _wait(self, number: int | None) -> str | None:
+        """The socket of exercise `number` once the kernel serves it; None once it has
+        ended, or after wait_seconds."""
+        deadline = time.monotonic() + self.wait_seconds
+        path = os.path.join(self.folder, str(number)) if number is not None else None
+        while time.monotonic() < deadline:
+            if path and os.path.exists(path):
+                return path
+            if os.path.exists(os.path.join(self.folder, ENDED)):
+                return None
+            time.sleep(0.05)
+        return None
+
+    def _release(self) -> None:
+        """Let the kernel go on to its next cell."""
+        if self.sock is not None:
             try:
-                sock.connect(self.path)
-                sock.settimeout(self.answer_seconds)
-                self.sock = sock
-                return
-            except OSError as error:
-                sock.close()
-                if time.monotonic() >= deadline:
-                    self.gone = f"the student's kernel is not answering ({error.strerror})"
-                    return
-                time.sleep(0.05)
+                _send(self.sock, pickle.dumps({"id": 0, "op": "stop"}))
+            except OSError:
+                pass
+            self.close()
+
+    def _connect(self, number: int) -> None:
+        self._release()
+        self.gone = STOPPED
+        path = self._wait(number) if self.folder else None
+        if path is None:
+            return
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+        except OSError as error:
+            sock.close()
+            self.gone = f"the student's kernel is not answering ({error.strerror})"
+            return
+        sock.settimeout(self.answer_seconds)
+        self.sock = sock
 
     def request(self, op: str, **fields):
         if self.sock is None:
@@ -246,14 +292,15 @@ class Oracle:
             while True:  # an answer to a call the judge stopped waiting for is skipped
                 payload = _receive(self.sock)
                 if payload is None:
-                    self.sock, self.gone = None, "the student's kernel closed the connection"
+                    self.close()
+                    self.gone = "the student's kernel closed the connection"
                     raise OracleError(self.gone)
                 message = torch.load(io.BytesIO(payload), weights_only=True)
                 if isinstance(message, dict) and message.get("id") == self._id:
                     break
         except TimeoutError:
-            self.sock, self.gone = None, (f"the student's kernel gave no answer in "
-                                          f"{self.answer_seconds:g} s")
+            self.close()  # the kernel, once its call ends, reads that the judge left
+            self.gone = f"the student's kernel gave no answer in {self.answer_seconds:g} s"
             raise OracleError(self.gone) from None
         except (OSError, pickle.PicklingError) as error:
             raise OracleError(f"the call could not reach the student's kernel: {error}") \
@@ -288,10 +335,12 @@ class Oracle:
             return _MISSING
         raise OracleError(f"the student's kernel sent an unknown answer {kind!r}")
 
-    def bind(self, namespace: dict, answer_source: str) -> None:
-        """Bind in `namespace` what the instructor's answer `answer_source` defines: its
+    def bind(self, namespace: dict, answer_source: str, number: int) -> None:
+        """Once the kernel waits at function exercise `number` (the one before let go on),
+        bind in `namespace` what the instructor's answer `answer_source` defines: its
         imports run here (the instructor's lines); every other name it assigns, as the
         student's kernel holds it (a name the kernel lacks is removed)."""
+        self._connect(number)
         tree = ast.parse(answer_source)
         imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
         exec(compile(ast.Module(imports, []), "<the answer's imports>", "exec"), namespace)
@@ -335,19 +384,6 @@ class _Gone:
         return f"<not answered: {self._why}>"
 
 
-def stop(path: str, seconds: float = 2.0) -> None:
-    """Ask the kernel serving at `path` to stop (it returns from `serve`)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(seconds)
-    try:
-        sock.connect(path)
-        _send(sock, pickle.dumps({"id": 0, "op": "stop"}))
-    except OSError:
-        pass
-    finally:
-        sock.close()
-
-
 def _refs(value):
     if isinstance(value, Remote):
         return _Ref(object.__getattribute__(value, "_handle"))
@@ -364,7 +400,9 @@ def _exception(module, qualname, message) -> BaseException:
     kind = owner
     for part in str(qualname).split("."):
         kind = getattr(kind, part, None)
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind is not OracleError:
+    allowed = isinstance(kind, type) and (issubclass(kind, Exception) or (
+        str(module), str(qualname)) == ("tools.grade_kernel", "ExerciseTimeout"))
+    if allowed and kind is not OracleError:
         try:
             return kind(message)
         except Exception:  # noqa: BLE001 (one that takes other arguments)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,3 +180,94 @@ def remove_stale() -> list[str]:
             if folder.is_dir() and owner.isdigit() and not Path(f"/proc/{owner}").exists():
                 stale.append(str(folder))
     return Sandbox("stale", tuple(stale)).remove()
+
+
+# A view of the files of its own ------------------------------------------------------------
+# As root, a student's grading process runs in a mount and PID namespace of its own
+# (`confined_command`): it sees no process but its own, and (`confine`) the instructor's
+# course and the class's hand-ins read-only, the instructor's notebooks (solutions and
+# hidden checks), the repository's history and other builds not at all, and of the grading
+# folder only its own course, its own executed notebooks and the clean copy (read-only).
+# Then it gives up the right to mount (CAP_SYS_ADMIN leaves the bounding set), so no
+# process it starts can undo this; lessons that build hosts (32, 34) need that right, and
+# keep it.
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = (
+    1, 32, 4096, 8192, 16384, 1 << 18)
+_PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
+
+
+def can_confine() -> bool:
+    """Whether grading here can use namespaces: Linux, root, util-linux's `unshare`."""
+    import shutil
+
+    return sys.platform.startswith("linux") and is_root() and shutil.which("unshare") is not None
+
+
+def confined_command(command: list[str]) -> list[str]:
+    """`command` in a PID and mount namespace of its own, with its own /proc."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private", *command]
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+    return libc
+
+
+def _mount(libc, source, target, fstype, flags, data=None) -> None:
+    import ctypes
+
+    def enc(value):
+        return None if value is None else str(value).encode()
+
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"mount {source} on {target}: {os.strerror(error)}")
+
+
+def _bind(libc, source: Path, target: Path, writable: bool) -> None:
+    _mount(libc, source, target, None, _MS_BIND | _MS_REC)
+    _mount(libc, None, target, None,
+           _MS_BIND | _MS_REMOUNT | (0 if writable else _MS_RDONLY))
+
+
+def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]],
+            keep_mounting: bool = False) -> None:
+    """In a process already in a mount namespace of its own: every folder of `read_only`
+    read-only; each folder of `hidden` replaced by an empty read-only one that shows only
+    its `{path inside it: writable}`; then, unless `keep_mounting`, no more mounting."""
+    libc = _libc()
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    for folder in read_only:
+        if Path(folder).is_dir():
+            _bind(libc, Path(folder), Path(folder), writable=False)
+    # the deepest first, so that a hidden folder inside another is shown as it now is
+    for folder in sorted(hidden, key=lambda p: -len(Path(p).parts)):
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        stage = Path(tempfile.mkdtemp(prefix="ddp-grade-view-"))
+        _mount(libc, "tmpfs", stage, "tmpfs", 0, "size=1m,mode=755")
+        for shown, writable in sorted(hidden[folder].items()):
+            shown = Path(shown)
+            if not shown.exists():
+                continue
+            point = stage / shown.relative_to(folder)
+            if shown.is_dir():
+                point.mkdir(parents=True, exist_ok=True)
+            else:
+                point.parent.mkdir(parents=True, exist_ok=True)
+                point.touch()
+            _bind(libc, shown, point, writable)
+        _mount(libc, None, stage, None, _MS_REMOUNT | _MS_RDONLY)
+        _mount(libc, stage, folder, None, _MS_MOVE)
+        stage.rmdir()
+    if not keep_mounting:
+        import ctypes
+
+        if libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"dropping CAP_SYS_ADMIN: {os.strerror(error)}")
