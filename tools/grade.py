@@ -20,9 +20,9 @@ Each student is graded by a process of its own (in a session of its own, its pro
 under the limits of tools/sandbox.py), so that a student's code that kills it stops that
 student's grading only; after each student the instructor's course files and the clean
 copy are compared with their state before grading, and put back. Every check runs in the
-judge (tools/judge.py), a process forked before any of the student's code runs, once the
-student's kernel has run its cells: an answer cannot rebind what a check calls, and a
-hidden check's source never enters the student's process. A check of a script exercise
+judge (tools/judge.py), a process forked before any of the student's code runs, while the
+student's kernel waits where the check was: an answer cannot rebind what a check calls,
+and a hidden check's source never enters the student's process. A check of a script exercise
 launches the student's script; a check of a function exercise calls the student's
 functions in their kernel, which answers the judge's calls as data (tools/oracle.py).
 Lessons that build hosts (32, 34) are still checked in the kernel.
@@ -161,9 +161,6 @@ class Plan:
     # and those checks; a "parameters" cell is followed by the run's world_size
     judged: list = field(default_factory=list)  # (kind, source)
     judged_exercises: set = field(default_factory=set)
-    # function exercises among them: the student's kernel answers the judge's calls
-    # (tools/oracle.py) once its cells are done
-    answered: set = field(default_factory=set)
 
 
 def normalized(source: str) -> str:
@@ -324,13 +321,10 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
               and not (needed_cells(sources, {k}, setup=False) & answers_and_added)}
 
     cells = [_code(setup_source, None)]
-    answered = {ex.number for ex in exercises if ex.number in judged
-                and not WRITEFILE.match(teacher.cells[ex.solution].source)}
     for k, (kind, index, source, owner) in enumerate(sequence):
-        if kind == "judged":
-            _note_tampering(teacher, student_by_id, owner, notes)
-            if owner.number in answered:  # the kernel answers the judge's calls here
-                cells.append(_code(f"__grader__.serve({owner.number})", index))
+        if kind == "judged":  # the kernel waits here while the judge checks (and answers
+            _note_tampering(teacher, student_by_id, owner, notes)  # its calls)
+            cells.append(_code(f"__grader__.serve({owner.number})", index))
             continue
         if k not in run:
             continue
@@ -370,7 +364,7 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                  and normalized(answers[ex.number].source)
                  == normalized(stub_source(teacher.cells[ex.solution].source))}
     return Plan(nb, _parts_of(teacher), notes, tuple(sorted(Path(t).name for t in targets)),
-                untouched, judge_cells, judged, answered)
+                untouched, judge_cells, judged)
 
 
 def _check_calls(teacher, ex, index) -> list:
@@ -397,10 +391,10 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
         if kind == "parameters":
             cells.append(("parameters", source))
         elif kind == "judged":
+            # once the kernel waits here: a function exercise's names, from the kernel
             answer = teacher.cells[owner.solution].source
-            if not WRITEFILE.match(answer):  # the student's functions, from their kernel
-                cells.append(("bind", f"__oracle__.bind(globals(), {answer!r}, "
-                                      f"{owner.number})"))
+            answer = "" if WRITEFILE.match(answer) else answer
+            cells.append(("bind", f"__oracle__.bind(globals(), {answer!r}, {owner.number})"))
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
@@ -674,11 +668,13 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
     with the student's functions answered by their kernel, in the folder `oracle`; it starts
     at the kernel's first function exercise, or once the kernel has ended. (The results, as
     the kernel's, and why the judge stopped or "".)"""
-    first = min(plan.answered, default=None)
+    first = min(plan.judged_exercises, default=None)
+    # the judge's clock: its waits for the kernel do not count against the lesson's time
     setup = ("from tools.grade_kernel import KernelGrader as _KernelGrader\n"
              "from tools.oracle import Oracle as _Oracle\n"
              f"__oracle__ = _Oracle({str(oracle)!r}, {first!r}, {2 * lesson_timeout!r})\n"
-             f"__grader__ = _KernelGrader(__judge_results__, {timeout!r}, {lesson_timeout!r}, "
+             f"__grader__ = _KernelGrader(__judge_results__, {timeout!r}, "
+             f"{2 * lesson_timeout + 60!r}, "
              f"{str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
              f"{repr(str(cache or '')) if write_cache else '__judge_cache__'}, None, "
              f"{write_cache!r}, {str(running)!r})\n"
@@ -706,8 +702,8 @@ def _fill_judged(grade: LessonGrade, kernel: list, judged: list, stopped: str,
     """The judged exercises' parts from the judge's results; an answer that failed in the
     student's kernel (its results: `kernel`), or is missing, fails them as it would have
     there."""
-    failed = {e["exercise"]: e["message"] for e in kernel
-              if e.get("stage") == "solution" and e["status"] == "failed"}
+    failed = {e["exercise"]: re.sub(r" \[raised in your code: [^\]]*\]$", "", e["message"])
+              for e in kernel if e.get("stage") == "solution" and e["status"] == "failed"}
     by_part = {(e["exercise"], e["part"]): e for e in judged
                if e.get("stage") == "check" and e.get("exercise") in exercises}
     for part in grade.parts:
@@ -721,6 +717,8 @@ def _fill_judged(grade: LessonGrade, kernel: list, judged: list, stopped: str,
                 message if message.startswith("no answer") else
                 f"not checked: the solution cell failed ({message})")
             part.detail, part.seconds = "", 0.0
+        elif entry is None and grade.stopped:
+            part.status, part.message = "not run", "the lesson stopped before it"
         elif entry is None:
             part.status = "not run"
             part.message = stopped or "no result recorded by the judge"
@@ -1301,7 +1299,8 @@ def student_view(name: str, notebooks: dict, out: Path, reference: Path | None,
     if reference:
         mine[Path(reference).resolve()] = True
     hidden[str(out)] = {str(p): w for p, w in mine.items()}
-    read_only = sorted({str(REPO)} | {str(Path(p).parent) for p in hand_ins} |
+    read_only = sorted({str(REPO), str(Path(sys.prefix).resolve())} |  # (.venv, elsewhere)
+                       {str(Path(p).parent) for p in hand_ins} |
                        {str(Path(p).parent) for p in own})
     return {"read_only": read_only, "hidden": hidden}
 

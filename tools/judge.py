@@ -12,8 +12,9 @@ the grader's own:
 - for each lesson, `run(job)` has the server fork a worker, which runs the judge's cells
   (tools/grade.py, `plan_lesson`: the lesson's own cells that the checks need, then the
   visible and hidden checks; no cell of the student's) in an IPython shell of its own, in
-  the student's course, once the student's kernel has run its cells; the student's
-  functions are answered by that kernel, waiting idle in its last cell (tools/oracle.py);
+  the student's course, taking turns with the student's kernel: at each exercise the
+  kernel waits while the judge checks it, and answers the judge's calls on the student's
+  functions (tools/oracle.py);
 - what the checks find comes back over a pipe, as the kernel's results do in a file.
 
 A student's code that kills the judge fails those checks ("the judge stopped"); the

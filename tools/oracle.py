@@ -12,9 +12,11 @@ judge (tools/judge.py), where no student's code ran, and only the calls cross ov
 - the judge binds each name the instructor's answer defines (`Oracle.bind`) to what the
   kernel holds: data by value, anything else (a function, a DataLoader) as a `Remote`
   whose calls go to the kernel. The answer's imports are the instructor's, run here.
-- the judge and the kernel take turns: the judge starts once the kernel waits at its first
-  function exercise (or has ended), and lets the kernel go on when it reaches the next
-  one; so the checks see the answer as it was right after it ran, and a lesson that stops
+- the judge and the kernel take turns: at every exercise (a script exercise too) the
+  kernel waits, where the check was, while the judge runs the check; the judge starts
+  once the kernel waits at the first exercise (or has ended), and lets the kernel go on
+  when it reaches the next one. So the checks see the answer (and the script it wrote) as
+  it was right after it ran, never run while the kernel does, and a lesson that stops
   later keeps the verdicts of the exercises before.
 
 What crosses: the judge's arguments, pickled (the judge's own data, unpickled by the
@@ -230,8 +232,8 @@ class Oracle:
 
     def __init__(self, folder: str | None, first: int | None = None,
                  wait_seconds: float = 1200.0, answer_seconds: float = 300.0):
-        """Waits until the kernel is at function exercise `first` (None: until it has
-        ended), at most `wait_seconds`. `answer_seconds`: the most one answer may take
+        """Waits until the kernel is at exercise `first` (None: until it has ended), at
+        most `wait_seconds`. `answer_seconds`: the most one answer may take
         (the kernel's timer for a call is shorter)."""
         self.folder, self.sock, self._id = folder, None, 0
         self.wait_seconds, self.answer_seconds = wait_seconds, answer_seconds
@@ -336,7 +338,7 @@ class Oracle:
         raise OracleError(f"the student's kernel sent an unknown answer {kind!r}")
 
     def bind(self, namespace: dict, answer_source: str, number: int) -> None:
-        """Once the kernel waits at function exercise `number` (the one before let go on),
+        """Once the kernel waits at exercise `number` (the one before let go on),
         bind in `namespace` what the instructor's answer `answer_source` defines: its
         imports run here (the instructor's lines); every other name it assigns, as the
         student's kernel holds it (a name the kernel lacks is removed)."""
