@@ -3,6 +3,7 @@ lines and points; timeouts; the processes a lesson leaves behind; which cells it
 then a class of four simulated students on two real lessons, graded end to end: the right
 answers, the handout untouched, near misses, and a tampered hand-in."""
 import csv
+import os
 import re
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 from tools.course import REPO
 from tools.exercises import exercise_list, near_miss_source, student_version
-from tools.grade import main, match_solutions, plan_lesson
+from tools.grade import confining, main, match_solutions, plan_lesson
 from tools.grade_cells import names, needed_cells
 from tools.grade_kernel import describe
 from tools.student import write_student_course
@@ -524,12 +525,19 @@ CHEATS = {
 }
 
 
-def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
-    """Three cheats graded before an honest student: the instructor's course and the clean
-    copy are put back (and the cheat named), a student who kills the processes grading it
-    stops only its own grading, a process left behind is killed; the honest student's grade
-    is untouched, the gradebook is written as each student finishes, and a second run
-    into the same folder keeps every grade."""
+@pytest.mark.parametrize("view", ["own view", "no view"])
+def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
+    """Cheats graded before an honest student. In a view of its own (root on Linux), the
+    course is read-only and the grading process out of reach; without one, the
+    instructor's course and the clean copy are put back (and the cheat named), and a
+    student who kills the processes grading it stops only its own grading. Everywhere: a
+    process left behind is killed; forged verdicts are the judge's; the honest student's
+    grade is untouched, the gradebook is written as each student finishes, and a second
+    run into the same folder keeps every grade."""
+    confined = view == "own view"
+    if confined and not confining():
+        pytest.skip("a view of its own needs root on Linux and util-linux's unshare")
+    environment = {**os.environ, "DDP_GRADE_CONFINE": "1" if confined else "0"}
     klass = tmp_path / "class"
     launch_py = REPO / "tools" / "launch.py"
     before = launch_py.read_bytes()
@@ -549,7 +557,8 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     command = [str(REPO / ".venv" / "bin" / "python"), "-m", "tools.grade", str(klass),
                "--lessons", "02_devices", "--out", str(out)]
     try:
-        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,
+                              env=environment)
     finally:
         changed = launch_py.read_bytes() != before or planted.exists()
         launch_py.write_bytes(before)
@@ -568,17 +577,26 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     # the verdicts are the judge's: the wrapped record and the rebound builtins change nothing
     assert score["6-zoe"] == ["failed"] * 3, score
     assert score["4-ada"] == ["passed"] * 3 and score["3-eve"] == ["passed"] * 3, score
-    assert score["1-tom"] == ["passed"] * 3, score  # its answers were right
-    assert set(score["2-mal"]) == {"failed"}
-    assert "grading stopped: the grading process was killed by signal 9" in done.stdout
-    assert "1-tom  02_devices" in done.stdout
-    assert "your code changed the instructor's course (put back before the next student): " \
-           "tools/launch.py" in done.stdout.replace("\n", " ") or \
-           "tools/launch.py" in (out / "feedback" / "1-tom.html").read_text()
     page = (out / "feedback" / "1-tom.html").read_text()
-    assert "your code changed the instructor&#x27;s course" in page
-    assert "ddp_grade_cheat.pth" in page and "tools/launch.py" in page
-    assert "your code changed the clean copy of the course" in page
+    if confined:  # the course is read-only in its view: the first write fails its answer
+        assert score["1-tom"] == ["failed", "passed", "passed"], score
+        tom = next(r for r in rows if r["student"] == "1-tom")
+        assert "OSError: [Errno 30] Read-only file system" in tom["message"], tom
+        assert "your code changed" not in page
+        # its grading process is out of its reach (init of its PID namespace): killing
+        # its kernel's parent kills only its own lesson
+        assert "grading stopped" not in done.stdout
+        assert "2-mal  02_devices  STOPPED: DeadKernelError: Kernel died" in done.stdout
+        assert set(score["2-mal"]) == {"not run"}, score
+        assert "in a view of the files of its own" in done.stdout
+    else:  # without a view: written, found and put back
+        assert score["1-tom"] == ["passed"] * 3, score  # its answers were right
+        assert set(score["2-mal"]) == {"failed"}
+        assert "grading stopped: the grading process was killed by signal 9" in done.stdout
+        assert "your code changed the instructor&#x27;s course" in page
+        assert "ddp_grade_cheat.pth" in page and "tools/launch.py" in page
+        assert "your code changed the clean copy of the course" in page
+    assert "1-tom  02_devices" in done.stdout
     left = subprocess.run(["pgrep", "-f", "sleep 4321"], capture_output=True, text=True)
     assert left.stdout == "", "a process left by a student outlived grading"
     assert "limits: each student's code ran with" in done.stdout
@@ -586,7 +604,8 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     noted = {s: report[report.index(f"**{s}**"):].split("\n- **")[0]
              for s in ("1-tom", "2-mal", "5-kai", "6-zoe")}
     assert "touches Python's start-up files" in noted["1-tom"], report
-    assert "changed the instructor's course" in noted["1-tom"], report
+    if not confined:
+        assert "changed the instructor's course" in noted["1-tom"], report
     assert "sends signals to processes" in noted["2-mal"], report
     assert "reads other processes (/proc)" in noted["2-mal"], report
     assert "rebinds `AssertionError`" in noted["5-kai"], report
@@ -595,11 +614,13 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path):
     totals = {r["student"]: r for r in csv.DictReader((out / "totals.csv").open())}
     assert totals["4-ada"]["percent"] == "100.0" and totals["2-mal"]["points"] == "0"
     # stopped and started again: nothing is graded twice
-    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300,
+                           env=environment)
     assert again.returncode == 0, again.stderr[-2000:]
-    # every student but mal, whose grading was stopped: graded again (and stopped again)
-    assert again.stdout.count("graded by an earlier run with the same notebooks, kept") == 5
-    assert "\n# 2-mal\n" in again.stdout
+    # every student but mal, whose grading was stopped (without a view): graded again
+    kept = again.stdout.count("graded by an earlier run with the same notebooks, kept")
+    assert kept == (6 if confined else 5), again.stdout[-3000:]
+    assert confined or "\n# 2-mal\n" in again.stdout
     assert list(csv.DictReader((out / "gradebook.csv").open())) == rows
 
 

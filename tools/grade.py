@@ -739,7 +739,8 @@ def _why_it_stopped(error: Exception, running: Path) -> str:
     value = getattr(error, "evalue", None)
     if value is None:
         value = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    where = f" (in {running.read_text()})" if running.exists() else ""
+    doing = running.read_text().strip() if running.exists() else ""
+    where = f" (in {doing})" if doing else ""
     if name == "KeyboardInterrupt":  # papermill's backstop interrupted the kernel
         name, value = "CellTimeoutError", f"a cell ran past the {course.CELL_TIMEOUT_S} s backstop"
     return (f"{name}: {value}" if value else name) + where
