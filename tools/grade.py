@@ -528,7 +528,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     try:
         thread.start()
         if plan.judged:  # the checks, in a process where no student's code ran; it runs
-            # while the kernel waits for it, at each function exercise, and once it has ended
+            # while the kernel waits for it at each exercise, and once it has ended
             judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
                                               course, pristine, protected, cache, write_cache,
                                               out_dir / f"{stem}.judge-running", oracle)
@@ -665,9 +665,9 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> list:
 def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
               cache, write_cache, running: Path, oracle: Path) -> tuple[list, str]:
     """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course,
-    with the student's functions answered by their kernel, in the folder `oracle`; it starts
-    at the kernel's first function exercise, or once the kernel has ended. (The results, as
-    the kernel's, and why the judge stopped or "".)"""
+    taking turns with the student's kernel in the folder `oracle` (tools/oracle.py): it
+    starts once the kernel waits at the first exercise, or has ended. (The results, as the
+    kernel's, and why the judge stopped or "".)"""
     first = min(plan.judged_exercises, default=None)
     # the judge's clock: its waits for the kernel do not count against the lesson's time
     setup = ("from tools.grade_kernel import KernelGrader as _KernelGrader\n"
