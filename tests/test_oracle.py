@@ -36,6 +36,9 @@ def env(name):
     return os.environ.get(name)
 def loader(n):
     return DataLoader(TensorDataset(torch.arange(n)), batch_size=2), "plain"
+def fitted():
+    import numpy as np
+    return np.float64(0.5) * 2, np.arange(3)
 def sleepy():
     time.sleep(6)
 print(serve({folder!r}, 1, globals(), 60), "answered", flush=True)
@@ -59,7 +62,7 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
     ns = {}
     oracle.bind(ns, "import math\nscale = 2\ndef times(x): ...\ndef picky(x): ...\n"
                     "def refuse(): ...\ndef env(n): ...\ndef loader(n): ...\n"
-                    "def sleepy(): ...\ndef absent(): ...", 1)
+                    "def fitted(): ...\ndef sleepy(): ...\ndef absent(): ...", 1)
     assert ns["math"].pi > 3  # the instructor's import, run here
     assert ns["scale"] == 3 and "absent" not in ns  # the student's value; what they lack
     assert ns["times"](5) == 15
@@ -75,6 +78,7 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
     finally:
         del os.environ["ORACLE_TEST"]
     assert ns["env"]("ORACLE_TEST") is None
+    assert ns["fitted"]() == (1.0, [0, 1, 2])  # numpy's numbers, as Python's
     remote, word = ns["loader"](5)  # not data: used through the kernel
     assert word == "plain" and len(remote) == 3
     assert [b[0].tolist() for b in remote] == [[0, 1], [2, 3], [4]]

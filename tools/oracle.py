@@ -213,9 +213,27 @@ def _is_data(value) -> bool:
     return True
 
 
+def _numbers(value, depth: int = 0):
+    """`value` with numpy's scalars as Python numbers and its arrays as lists (the
+    answer of a function that computes with numpy), in dicts, lists and tuples."""
+    if depth > 20:
+        return value
+    kind = type(value).__module__
+    if kind == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    if type(value) in (list, tuple):
+        return type(value)(_numbers(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _numbers(v, depth + 1) for k, v in value.items()}
+    return value
+
+
 def _pack(value, handles: list):
     if _is_data(value):
         return ("value", value)
+    plainer = _numbers(value)
+    if plainer is not value and _is_data(plainer):
+        return ("value", plainer)
     if type(value) in (tuple, list):
         return ("seq", type(value) is tuple, [_pack(v, handles) for v in value])
     handles.append(value)
