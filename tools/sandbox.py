@@ -197,11 +197,26 @@ _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = (
 _PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
 
 
-def can_confine() -> bool:
-    """Whether grading here can use namespaces: Linux, root, util-linux's `unshare`."""
-    import shutil
+_CONFINES: list[bool] = []
 
-    return sys.platform.startswith("linux") and is_root() and shutil.which("unshare") is not None
+
+def can_confine() -> bool:
+    """Whether grading here can use namespaces: Linux, root, util-linux's `unshare`, and a
+    kernel and container that let it (a container without CAP_SYS_ADMIN does not): tried
+    once, with a command that does nothing."""
+    import shutil
+    import subprocess
+
+    if not _CONFINES:
+        works = sys.platform.startswith("linux") and is_root() and bool(shutil.which("unshare"))
+        if works:
+            try:
+                works = subprocess.run(confined_command(["true"]), capture_output=True,
+                                       timeout=30).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                works = False
+        _CONFINES.append(works)
+    return _CONFINES[0]
 
 
 def confined_command(command: list[str]) -> list[str]:
