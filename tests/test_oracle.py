@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tools.course import REPO
+from tools.grade import answer_names
 from tools.oracle import ENDED, Oracle, OracleError, _receive, _send
 
 STUDENT = """
@@ -60,9 +61,12 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
     folder, process = student
     oracle = Oracle(folder, first=1, wait_seconds=60, answer_seconds=2)
     ns = {}
-    oracle.bind(ns, "import math\nscale = 2\ndef times(x): ...\ndef picky(x): ...\n"
-                    "def refuse(): ...\ndef env(n): ...\ndef loader(n): ...\n"
-                    "def fitted(): ...\ndef sleepy(): ...\ndef absent(): ...", 1)
+    imports, names = answer_names("import math\nscale = 2\ndef times(x): ...\n"
+                                  "def picky(x): ...\ndef refuse(): ...\ndef env(n): ...\n"
+                                  "def loader(n): ...\ndef fitted(): ...\ndef sleepy(): ...\n"
+                                  "def absent(): ...")
+    assert imports == "import math" and "math" not in names and "times" in names
+    oracle.bind(ns, imports, names, 1)
     assert ns["math"].pi > 3  # the instructor's import, run here
     assert ns["scale"] == 3 and "absent" not in ns  # the student's value; what they lack
     assert ns["times"](5) == 15
@@ -87,7 +91,7 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
     with pytest.raises(OracleError, match="no answer in 2 s"):
         ns["times"](1)  # the kernel is still busy: it is not waited for again
     # the next exercise: the kernel went on (its first wait ended), and answers again
-    oracle.bind(ns, "def times(x): ...", 2)
+    oracle.bind(ns, "", ["times"], 2)
     assert process.stdout.readline().split()[1] == "answered"
     assert ns["times"](2) == 6
     oracle.close()  # the judge is done: the kernel goes on
@@ -98,7 +102,7 @@ def test_the_judge_gets_data_and_calls_the_rest(student):
 def test_a_kernel_that_stopped_or_forges_answers_fails_the_check(tmp_path):
     (tmp_path / ENDED).touch()  # the lesson stopped before the exercise
     ns = {}
-    Oracle(str(tmp_path), first=1).bind(ns, "def times(x): ...", 1)
+    Oracle(str(tmp_path), first=1).bind(ns, "", ["times"], 1)
     with pytest.raises(OracleError, match="stopped before it could answer"):
         ns["times"](1)
     # a kernel that answers with code, not data: refused, never run

@@ -49,6 +49,7 @@ when a part did not pass; 2 when the grader itself could not run.
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import hashlib
 import json
@@ -391,10 +392,11 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
         if kind == "parameters":
             cells.append(("parameters", source))
         elif kind == "judged":
-            # once the kernel waits here: a function exercise's names, from the kernel
-            answer = teacher.cells[owner.solution].source
-            answer = "" if WRITEFILE.match(answer) else answer
-            cells.append(("bind", f"__oracle__.bind(globals(), {answer!r}, {owner.number})"))
+            # once the kernel waits here: a function exercise's names, from the kernel (the
+            # answer's imports and the names it assigns, never its source)
+            imports, assigned = answer_names(teacher.cells[owner.solution].source)
+            cells.append(("bind", f"__oracle__.bind(globals(), {imports!r}, {assigned!r}, "
+                                  f"{owner.number})"))
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
         else:  # an experiment keeps its values for the next students, as in the kernel
             extra = ""
@@ -403,6 +405,18 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
             cells.append(("lesson", f"__grader__.cell({f'lesson cell {index + 1}'!r}, "
                                     f"{source!r}{extra})"))
     return cells
+
+
+def answer_names(answer: str) -> tuple[str, list]:
+    """A function exercise's answer as the judge binds it: its import lines, and the other
+    names it assigns (a script exercise's: nothing)."""
+    if WRITEFILE.match(answer):
+        return "", []
+    tree = ast.parse(answer)
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imported = {(a.asname or a.name).split(".")[0] for n in imports for a in n.names}
+    return ("\n".join(ast.get_source_segment(answer, n) for n in imports),
+            sorted(names(answer)[0] - imported))
 
 
 def _kept_as(stem: str, index: int, source: str, later: list) -> str:
@@ -531,7 +545,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
             # while the kernel waits for it at each exercise, and once it has ended
             judged, judge_stopped = run_judge(judge, plan, world_size, timeout, lesson_timeout,
                                               course, pristine, protected, cache, write_cache,
-                                              out_dir / f"{stem}.judge-running", oracle)
+                                              oracle)
             (oracle / JUDGED).touch()  # a kernel still waiting for the judge goes on
         thread.join()
     finally:
@@ -663,7 +677,7 @@ def _fill(grade: LessonGrade, results: Path, stopped: str) -> list:
 
 
 def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine, protected,
-              cache, write_cache, running: Path, oracle: Path) -> tuple[list, str]:
+              cache, write_cache, oracle: Path) -> tuple[list, str]:
     """The judged cells of `plan`, run by `judge` (tools/judge.py) in the student's course,
     taking turns with the student's kernel in the folder `oracle` (tools/oracle.py): it
     starts once the kernel waits at the first exercise, or has ended. (The results, as the
@@ -677,7 +691,8 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
              f"{2 * lesson_timeout + 60!r}, "
              f"{str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
              f"{repr(str(cache or '')) if write_cache else '__judge_cache__'}, None, "
-             f"{write_cache!r}, {str(running)!r})\n"
+             f"{write_cache!r}, '/dev/null')\n"  # what it runs is not written where
+
              "del _KernelGrader, _Oracle\n__grader__.restore()\n"
              "__grader__.check_slack = 5.0  # the kernel's own timer stops a call first")
     cells = [setup]
@@ -694,7 +709,6 @@ def run_judge(judge, plan, world_size, timeout, lesson_timeout, course, pristine
                           "marker_name": MARKER, "marker": mark}, 2 * lesson_timeout + 120)
     finally:
         kill_marked(mark)
-        running.unlink(missing_ok=True)
 
 
 def _fill_judged(grade: LessonGrade, kernel: list, judged: list, stopped: str,
@@ -1242,7 +1256,8 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
         child.wait()
         kill_marked_by(child.pid)
         box.remove()
-        shutil.rmtree(work / _safe(name), ignore_errors=True)  # its course, emptied by it
+        for folder in (work / _safe(name), work / f"{_safe(name)}.view"):  # (emptied by it)
+            shutil.rmtree(folder, ignore_errors=True)
         for relay in relays:
             relay.join(timeout=10)
     if code == 0 and sent:
@@ -1300,7 +1315,8 @@ def student_view(name: str, notebooks: dict, out: Path, reference: Path | None,
     if reference:
         mine[Path(reference).resolve()] = True
     hidden[str(out)] = {str(p): w for p, w in mine.items()}
-    read_only = sorted({str(REPO), str(Path(sys.prefix).resolve())} |  # (.venv, elsewhere)
+    read_only = sorted({str(REPO), str(Path(sys.prefix).resolve()),  # (.venv, elsewhere)
+                        str(Path(sys.base_prefix).resolve())} |  # the Python it is made from
                        {str(Path(p).parent) for p in hand_ins} |
                        {str(Path(p).parent) for p in own})
     return {"read_only": read_only, "hidden": hidden}
@@ -1376,10 +1392,20 @@ def _one_student(job_path: Path, result_fd: int) -> int:
             if writable:
                 Path(path).mkdir(parents=True, exist_ok=True)
         cluster = any(uses_cluster(read_teacher(Path(p))) for p in job["lessons"])
+        home = Path.home()
+        private = [Path(tempfile.gettempdir()), Path("/var/tmp"), Path("/dev/shm"),
+                   home / ".cache", home / ".config", home / ".local" / "share" / "jupyter"]
+        for folder in private[3:]:
+            folder.mkdir(parents=True, exist_ok=True)
+        # what a private folder still shows: the course, Python, --out, the hand-ins
+        needed = {Path(p) for p in view["read_only"]} | {Path(job["out"])}
+        stage = Path(job["out"]) / "work" / f"{_safe(job['name'])}.view"
+        stage.mkdir(parents=True, exist_ok=True)
         try:  # lessons that build hosts mount their network namespaces
             sandbox.confine([Path(p) for p in view["read_only"]],
                             {Path(k): {Path(p): w for p, w in v.items()}
-                             for k, v in view["hidden"].items()}, keep_mounting=cluster)
+                             for k, v in view["hidden"].items()}, stage, keep_mounting=cluster,
+                            private={f: dict.fromkeys(needed) for f in private})
         except OSError as error:
             print(f"grade: {job['name']} graded without a view of its own: {error}",
                   file=sys.stderr)

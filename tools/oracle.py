@@ -29,7 +29,6 @@ and its verdict stay in the judge; the student's process sees only the inputs.
 
 from __future__ import annotations
 
-import ast
 import io
 import os
 import pickle
@@ -355,19 +354,14 @@ class Oracle:
             return _MISSING
         raise OracleError(f"the student's kernel sent an unknown answer {kind!r}")
 
-    def bind(self, namespace: dict, answer_source: str, number: int) -> None:
-        """Once the kernel waits at exercise `number` (the one before let go on),
-        bind in `namespace` what the instructor's answer `answer_source` defines: its
-        imports run here (the instructor's lines); every other name it assigns, as the
-        student's kernel holds it (a name the kernel lacks is removed)."""
+    def bind(self, namespace: dict, imports: str, names: list, number: int) -> None:
+        """Once the kernel waits at exercise `number` (the one before let go on), bind in
+        `namespace` what the instructor's answer defines: its `imports` (the instructor's
+        lines) run here; each of its other `names`, as the student's kernel holds it (a
+        name the kernel lacks is removed)."""
         self._connect(number)
-        tree = ast.parse(answer_source)
-        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        exec(compile(ast.Module(imports, []), "<the answer's imports>", "exec"), namespace)
-        from tools.grade_cells import names
-
-        imported = {(a.asname or a.name).split(".")[0] for node in imports for a in node.names}
-        for name in sorted(names(answer_source)[0] - imported):
+        exec(compile(imports, "<the answer's imports>", "exec"), namespace)
+        for name in names:
             try:
                 value = self.request("get", name=name)
             except OracleError as error:

@@ -23,7 +23,6 @@ import os
 import resource
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,7 +193,7 @@ def remove_stale() -> list[str]:
 
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = (
     1, 32, 4096, 8192, 16384, 1 << 18)
-_PR_CAPBSET_DROP, _CAP_SYS_ADMIN = 24, 21
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _CAP_SYS_PTRACE, _CAP_SYS_ADMIN = 4, 24, 19, 21
 
 
 _CONFINES: list[bool] = []
@@ -243,46 +242,110 @@ def _mount(libc, source, target, fstype, flags, data=None) -> None:
         raise OSError(error, f"mount {source} on {target}: {os.strerror(error)}")
 
 
-def _bind(libc, source: Path, target: Path, writable: bool) -> None:
+_PSEUDO = {"proc", "sysfs", "devtmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "securityfs",
+           "debugfs", "tracefs", "configfs", "fusectl", "pstore", "bpf", "hugetlbfs",
+           "binfmt_misc", "autofs", "nsfs", "efivarfs", "selinuxfs"}
+
+
+def _file_mounts() -> list[str]:
+    """The mount points of files (not /proc, /sys, /dev or another kernel interface)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        point = fields[4].encode().decode("unicode_escape")  # "\\040" is a space
+        fstype = fields[fields.index("-") + 1]
+        if fstype in _PSEUDO or any(point == p or point.startswith(p + "/")
+                                    for p in ("/proc", "/sys", "/dev")):
+            continue
+        found.append(point)
+    return found
+
+
+def _bind(libc, source: Path, target: Path, writable: bool | None) -> None:
+    """`source` shown at `target`, with what is mounted inside it; read-only, writable, or
+    (None) as it is."""
     _mount(libc, source, target, None, _MS_BIND | _MS_REC)
-    _mount(libc, None, target, None,
-           _MS_BIND | _MS_REMOUNT | (0 if writable else _MS_RDONLY))
+    if writable is not None:
+        _mount(libc, None, target, None,
+               _MS_BIND | _MS_REMOUNT | (0 if writable else _MS_RDONLY))
 
 
-def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]],
-            keep_mounting: bool = False) -> None:
-    """In a process already in a mount namespace of its own: every folder of `read_only`
-    read-only; each folder of `hidden` replaced by an empty read-only one that shows only
-    its `{path inside it: writable}`; then, unless `keep_mounting`, no more mounting."""
+def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]], stage: Path,
+            keep_mounting: bool = False, private: dict | None = None) -> None:
+    """In a process already in a mount namespace of its own: every file read-only (with
+    `keep_mounting`, for lessons that build hosts: only the folders of `read_only`); each
+    folder of `hidden` replaced by an empty read-only one that shows only its `{path inside
+    it: writable}`; each folder of `private` (the temporary folders, caches) by an empty
+    writable one of its own that shows only its `{path inside it: None}` as they are; then,
+    unless `keep_mounting`, no more mounting. `stage`: an empty folder, for the making."""
     libc = _libc()
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    for folder in read_only:
-        if Path(folder).is_dir():
-            _bind(libc, Path(folder), Path(folder), writable=False)
-    # the deepest first, so that a hidden folder inside another is shown as it now is
-    for folder in sorted(hidden, key=lambda p: -len(Path(p).parts)):
-        folder = Path(folder)
+    _mount(libc, "tmpfs", stage, "tmpfs", 0, "size=1m,mode=700")  # writable, whatever else is
+    # reached through this process's open folder, even once a mask covers its path
+    handle = os.open(stage, os.O_RDONLY | os.O_DIRECTORY)
+    made_here = str(Path(stage).resolve())
+    stage = Path(f"/proc/self/fd/{handle}")
+    if keep_mounting:
+        for folder in read_only:
+            if Path(folder).is_dir():
+                _bind(libc, Path(folder), Path(folder), writable=False)
+    else:
+        for point in _file_mounts():
+            if point == made_here:
+                continue
+            try:
+                _mount(libc, None, point, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY)
+            except OSError:
+                if point == "/" or any(Path(f) == Path(point) or Path(point) in Path(f).parents
+                                       for f in read_only):
+                    raise
+    masks = [(Path(f), shown, False) for f, shown in hidden.items()] + \
+            [(Path(f), shown, True) for f, shown in (private or {}).items()]
+    # hidden ones first, then the private ones (whose contents shown carry them), each the
+    # deepest first, so that a folder inside another is shown as it now is
+    masks.sort(key=lambda m: (m[2], -len(m[0].parts)))
+    for k, (folder, shown, writable) in enumerate(masks):
         if not folder.is_dir():
             continue
-        stage = Path(tempfile.mkdtemp(prefix="ddp-grade-view-"))
-        _mount(libc, "tmpfs", stage, "tmpfs", 0, "size=1m,mode=755")
-        for shown, writable in sorted(hidden[folder].items()):
-            shown = Path(shown)
-            if not shown.exists():
+        made = stage / str(k)
+        made.mkdir()
+        mode = "1777" if writable and str(folder) in ("/tmp", "/var/tmp", "/dev/shm") else (
+            "700" if writable else "755")
+        _mount(libc, "tmpfs", made, "tmpfs", 0, f"mode={mode}" + ("" if writable else ",size=1m"))
+        for path, path_writable in sorted(shown.items()):
+            path = Path(path)
+            if not path.exists() or folder not in path.parents:
                 continue
-            point = stage / shown.relative_to(folder)
-            if shown.is_dir():
+            point = made / path.relative_to(folder)
+            if path.is_dir():
                 point.mkdir(parents=True, exist_ok=True)
             else:
                 point.parent.mkdir(parents=True, exist_ok=True)
                 point.touch()
-            _bind(libc, shown, point, writable)
-        _mount(libc, None, stage, None, _MS_REMOUNT | _MS_RDONLY)
-        _mount(libc, stage, folder, None, _MS_MOVE)
-        stage.rmdir()
-    if not keep_mounting:
-        import ctypes
+            _bind(libc, path, point, path_writable)
+        if not writable:
+            _mount(libc, None, made, None, _MS_REMOUNT | _MS_RDONLY)
+        _mount(libc, made, folder, None, _MS_MOVE)
+    os.close(handle)
+    # No process started from here on may trace or read (/proc/PID/fd, mem) this one or
+    # the judge: they hold rights it lacks (and are not dumpable). Where Yama asks for
+    # CAP_SYS_PTRACE to trace a process that is not a child (ptrace_scope 1 and up), py-spy
+    # needs that right in lessons 13 and 25, and it stays.
+    drop = ([] if keep_mounting else [("CAP_SYS_ADMIN", _CAP_SYS_ADMIN)]) + (
+        [("CAP_SYS_PTRACE", _CAP_SYS_PTRACE)] if _tracing_is_free() else [])
+    import ctypes
 
-        if libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0) != 0:
+    for name, capability in drop:
+        if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
             error = ctypes.get_errno()
-            raise OSError(error, f"dropping CAP_SYS_ADMIN: {os.strerror(error)}")
+            raise OSError(error, f"dropping {name}: {os.strerror(error)}")
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _tracing_is_free() -> bool:
+    """Whether a process may trace another of its user's without CAP_SYS_PTRACE (no Yama,
+    or its ptrace_scope 0)."""
+    try:
+        return Path("/proc/sys/kernel/yama/ptrace_scope").read_text().strip() == "0"
+    except OSError:
+        return True
