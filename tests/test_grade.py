@@ -146,8 +146,10 @@ def lesson_pair(pid_dir):
 
 
 def test_every_way_an_exercise_ends(tmp_path, capsys):
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
+    # in the student's executed notebooks' folder: one that a student's code may write to
+    # (in a view of its own, root on Linux, nothing else is), and that stays after grading
+    pid_dir = tmp_path / "out" / "executed" / "ann" / "pids"
+    pid_dir.mkdir(parents=True)
     teacher, learner = lesson_pair(pid_dir)
     (tmp_path / "teacher").mkdir()
     nbformat.write(teacher, tmp_path / "teacher" / "01_demo.ipynb")
@@ -199,7 +201,8 @@ def test_timeouts_stop_only_their_lesson(tmp_path, capsys, monkeypatch):
     kernel's timer cannot stop (SIGALRM ignored) stops at papermill's backstop, its kernel
     killed, and the process it left (in a session of its own) is killed by the grader."""
     monkeypatch.setattr("tools.course.CELL_TIMEOUT_S", 15)
-    orphan = tmp_path / "orphan.pid"
+    orphan = tmp_path / "out" / "executed" / "bo" / "orphan.pid"  # (written by the student)
+    orphan.parent.mkdir(parents=True)
     lessons = {
         # three cells of 4 s, each within --timeout (5 s), together past --lesson-timeout
         "01_slow": notebook(answer("f", "return 1"), ("assert f() == 1, 'f'", ["check"]),
