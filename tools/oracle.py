@@ -173,8 +173,9 @@ def _answer(request: dict, namespace: dict, handles: list, guard=None) -> bytes:
             else:
                 raise ValueError(f"unknown request {op!r}")
             packed = _pack(value, handles)
-    except StopIteration:
-        packed = ("stop",)
+    except StopIteration as error:
+        packed = ("stop",) if request["op"] == "next" else (
+            "raised", "builtins", "RuntimeError", f"the answer raised StopIteration: {error}")
     except BaseException as error:  # noqa: BLE001 (the student's: it goes back as data)
         kind = type(error)
         answers = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(
