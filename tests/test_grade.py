@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools.course import REPO
+from tools.course import REPO, share_warm_server
 from tools.exercises import exercise_list, near_miss_source, student_version
 from tools.grade import confining, main, match_solutions, plan_lesson
 from tools.grade_cells import names, needed_cells
@@ -532,7 +532,26 @@ CHEATS = {
               "    return _real(number, stage, part, 'passed', '', '', 0.0)\n"
               "__grader__._record = _passed\n"
               "import builtins\nbuiltins.abs = builtins.sorted = lambda *a, **k: 0\n"),
+    # a script it launches (warm): does it run in the student's view, or outside it?
+    "7-ivy": ("from pathlib import Path\nfrom tools.launch import launch as _launch\n"
+              "Path('../ddp_scripts/ivy_probe.py').write_text(IVY_PROBE)\n"
+              "_run = _launch('ddp_scripts/ivy_probe.py', nproc=None, timeout=60)\n"
+              "print('the probe was', 'warm' if _run.warm else 'cold')\n"),
 }
+# what ivy's script looks at: the instructor's notebooks, PID 1 (in a view of its own:
+# the grading process), and a file left in /tmp for later students
+IVY_PROBE = """import sys
+from pathlib import Path
+repo = Path(sys.executable).parents[2]
+try:
+    (repo / 'notebooks' / '02_devices.ipynb').read_bytes()
+    print('the solutions: read')
+except OSError:
+    print('the solutions: hidden')
+init = Path('/proc/1/cmdline').read_bytes()
+print('PID 1 is', 'the grading process' if b'tools.grade' in init else 'another')
+Path('/tmp/ddp-grade-ivy-left').write_text('for later students')
+"""
 
 
 @pytest.mark.parametrize("view", ["own view", "no view"])
@@ -547,7 +566,12 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
     confined = view == "own view"
     if confined and not confining():
         pytest.skip("a view of its own needs root on Linux and util-linux's unshare")
+    # a warm server of this process's, named to the grading processes as `make test`'s is
+    # (they must not use it: it forks outside their view)
+    share_warm_server()
     environment = {**os.environ, "DDP_GRADE_CONFINE": "1" if confined else "0"}
+    left_in_tmp = Path("/tmp/ddp-grade-ivy-left")
+    left_in_tmp.unlink(missing_ok=True)
     klass = tmp_path / "class"
     launch_py = REPO / "tools" / "launch.py"
     before = launch_py.read_bytes()
@@ -559,7 +583,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
             nb = student_version(nb)
         if cheat:
             solution = nb.cells[exercise_list(nb, strict=False)[0].solution]
-            solution.source = cheat + solution.source
+            solution.source = cheat.replace("IVY_PROBE", repr(IVY_PROBE)) + solution.source
         if student == "5-kai":  # and a wrong answer to exercise 1
             solution.source += "\ndevice_for_rank = lambda *a, **k: None\n"
         nbformat.write(nb, klass / student / "02_devices.ipynb")
@@ -575,6 +599,8 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
         changed = launch_py.read_bytes() != before or planted.exists()
         launch_py.write_bytes(before)
         planted.unlink(missing_ok=True)
+        tmp_left = left_in_tmp.exists()
+        left_in_tmp.unlink(missing_ok=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert not changed, "tools/launch.py was left changed, or the planted .pth file"
     # this run's groups (their names end with its pid; another grading may run meanwhile)
@@ -582,7 +608,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
     assert not left, f"a control group was left: {left}"
     rows = list(csv.DictReader((out / "gradebook.csv").open()))
     score = {s: [r["status"] for r in rows if r["student"] == s] for s in
-             ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai", "6-zoe")}
+             ("1-tom", "2-mal", "3-eve", "4-ada", "5-kai", "6-zoe", "7-ivy")}
     assert score["5-kai"] == ["failed", "passed", "passed"], score  # the lesson went on
     kai = next(r for r in rows if r["student"] == "5-kai")
     # the check ran in the judge, where the rebinding does not reach
@@ -591,6 +617,9 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
     # the verdicts are the judge's: the wrapped record and the rebound builtins change nothing
     assert score["6-zoe"] == ["failed"] * 3, score
     assert score["4-ada"] == ["passed"] * 3 and score["3-eve"] == ["passed"] * 3, score
+    assert score["7-ivy"] == ["passed"] * 3, score
+    ivy = (out / "executed" / "7-ivy" / "02_devices.ipynb").read_text()
+    assert "the probe was warm" in ivy, ivy[-3000:]
     page = (out / "feedback" / "1-tom.html").read_text()
     if confined:  # the course is read-only in its view: the first write fails its answer
         assert score["1-tom"] == ["failed", "passed", "passed"], score
@@ -603,6 +632,9 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
         assert "2-mal  02_devices  STOPPED: DeadKernelError: Kernel died" in done.stdout
         assert "passed" not in score["2-mal"], score  # (as far as its kernel got)
         assert "in a view of the files of its own" in done.stdout
+        # its warm launch came from a server inside its view, not from this process's
+        assert "the solutions: hidden" in ivy and "PID 1 is the grading process" in ivy, ivy
+        assert not tmp_left, "a file left in /tmp reached the machine's /tmp"
     else:  # without a view: written, found and put back
         assert score["1-tom"] == ["passed"] * 3, score  # its answers were right
         assert set(score["2-mal"]) == {"failed"}
@@ -633,7 +665,7 @@ def test_a_cheating_student_spoils_nothing_for_the_class(tmp_path, view):
     assert again.returncode == 0, again.stderr[-2000:]
     # every student but mal, whose grading was stopped (without a view): graded again
     kept = again.stdout.count("graded by an earlier run with the same notebooks, kept")
-    assert kept == (6 if confined else 5), again.stdout[-3000:]
+    assert kept == (7 if confined else 6), again.stdout[-3000:]
     assert confined or "\n# 2-mal\n" in again.stdout
     assert list(csv.DictReader((out / "gradebook.csv").open())) == rows
 

@@ -1228,8 +1228,12 @@ def grade_in_child(name, notebooks, lessons_here, pristine, protected, out, args
     limit = len(lessons_here) * (args.lesson_timeout + 120) + 120
     box = sandbox.Sandbox.make(f"{_safe(name)}-{os.getpid()}")
     reading, writing = os.pipe()
-    env = {**os.environ, "PYTHONNOUSERSITE": "1",  # nothing from ~/.local, a fresh
-           "IPYTHONDIR": str(work / f"{_safe(name)}.ipython")}  # IPython profile
+    from tools import zygote
+    # not a warm server of this process (or of `make test`'s): what it forks runs outside
+    # the student's view and control group. The grading process starts its own, in them.
+    env = {k: v for k, v in os.environ.items() if k != zygote.SHARED}
+    env.update({"PYTHONNOUSERSITE": "1",  # nothing from ~/.local, a fresh
+                "IPYTHONDIR": str(work / f"{_safe(name)}.ipython")})  # IPython profile
     command = [sys.executable, "-m", "tools.grade", "--one-student", str(job),
                "--result-fd", str(writing)]
     child = subprocess.Popen(sandbox.confined_command(command) if view else command,
@@ -1434,10 +1438,10 @@ def _one_student(job_path: Path, result_fd: int) -> int:
     return 0
 
 
-# The whole machine read-only, private temporary folders and no tracing of the grader
-# (tools/sandbox.py, `confine`): built, and off until launches in the judge under it are
-# understood (the CI's grading tests saw some time out); DDP_GRADE_WHOLE_VIEW=1 tries it.
-WHOLE_VIEW = os.environ.get("DDP_GRADE_WHOLE_VIEW") == "1"
+# In the view: the whole machine read-only, private temporary folders and no tracing of
+# the grader (tools/sandbox.py, `confine`). DDP_GRADE_WHOLE_VIEW=0 keeps only the course,
+# Python and the hand-ins read-only, and /tmp shared.
+WHOLE_VIEW = os.environ.get("DDP_GRADE_WHOLE_VIEW", "1") != "0"
 TEACHERS: dict[str, str] = {}  # the instructor's notebooks, read before a view hid them
 
 

@@ -280,9 +280,10 @@ def confine(read_only: list[Path], hidden: dict[Path, dict[Path, bool]], stage: 
     writable one of its own that shows only its `{path inside it: None}` as they are; then,
     unless `keep_mounting`, no more mounting. `stage`: an empty folder, for the making.
     `whole_machine`: every file read-only, not only `read_only`; `no_tracing`: what it
-    starts may not trace this process or its children (see below). tools/grade.py turns
-    both off for now, with `private` empty: with them, the CI's grading tests saw launches
-    in the judge time out (not understood yet)."""
+    starts may not trace this process or its children (see below). A server of warm
+    launches (tools/zygote.py) must be started after this, by a process inside: one from
+    outside forks its children outside the view (and its socket, in a private /tmp, is
+    not seen)."""
     libc = _libc()
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount(libc, "tmpfs", stage, "tmpfs", 0, "size=1m,mode=700")  # writable, whatever else is
