@@ -294,9 +294,19 @@ def plan_lesson(teacher, student, setup_source: str, stem: str = "lesson",
                  if WRITEFILE.match(source or "")}
     # The lesson's cells and checks are served by the lesson's cells alone; a cell the
     # student added runs only when one of their answers reads what it assigns.
-    # The judged checks do not run in the kernel.
-    lesson_only = ["" if kind in ("added", "judged") else source
-                   for (kind, *_), source in zip(sequence, sources)]
+    # The judged checks do not run in the kernel; in a lesson that builds hosts, the
+    # kernel runs the experiments they read, whose values the judge takes from it
+    # (`_experiments_on_hosts`).
+    on_hosts = uses_cluster(teacher)
+
+    def judged_reads(ex) -> str:
+        return "\n".join(teacher.cells[j].source for j in ex.checks + ex.hidden)
+
+    lesson_only = ["" if kind == "added" or (kind == "judged" and not on_hosts) else
+                   judged_reads(ex) if kind == "judged" else source
+                   for (kind, _, _, ex), source in zip(sequence, sources)]
+    if on_hosts:
+        required |= {k for k, (kind, *_) in enumerate(sequence) if kind == "judged"}
     in_kernel = ["" if kind == "judged" else source
                  for (kind, *_), source in zip(sequence, sources)]
     run = needed_cells(lesson_only, required)
@@ -386,6 +396,8 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
               for (kind, index, *_), source in zip(sequence, sources)]
     required = {k for k, (kind, *_) in enumerate(sequence) if kind in ("judged", "parameters")}
     run = {k for k in needed_cells(lesson, required) if lesson[k]}
+    from_kernel = _experiments_on_hosts(teacher, sequence, lesson, run)
+    run -= from_kernel.pop("cells")
     cells = []
     for k in sorted(run):
         kind, index, source, owner = sequence[k]
@@ -395,6 +407,7 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
             # once the kernel waits here: a function exercise's names, from the kernel (the
             # answer's imports and the names it assigns, never its source)
             imports, assigned = answer_names(teacher.cells[owner.solution].source)
+            assigned += from_kernel.get(owner.number, [])
             cells.append(("bind", f"__oracle__.bind(globals(), {imports!r}, {assigned!r}, "
                                   f"{owner.number})"))
             cells += [("check", c.source) for c in _check_calls(teacher, owner, index)]
@@ -405,6 +418,37 @@ def _judge_cells(teacher, sequence, sources, stem) -> list:
             cells.append(("lesson", f"__grader__.cell({f'lesson cell {index + 1}'!r}, "
                                     f"{source!r}{extra})"))
     return cells
+
+
+def _experiments_on_hosts(teacher, sequence, lesson, run) -> dict:
+    """In a lesson that builds hosts (32, 34), the judge does not run the lesson's
+    experiments on them again: the hosts are the kernel's, and in use. Its cells that
+    launch, and those that read what such a cell assigns, are left out ("cells"); the
+    values the checks read from them come from the student's kernel as data (tools/oracle.py),
+    as observed there, each bound at the first exercise that reads it ({number: names}).
+    A student's code could change them there, and pass a visible check that compares an
+    answer with a measurement; a hidden check computes its own values."""
+    if not uses_cluster(teacher):
+        return {"cells": set()}
+    found = [names(source) for source in lesson]
+    left_out, made = set(), set()
+    for k in sorted(run):
+        if sequence[k][0] == "lesson" and (launches(lesson[k]) or found[k][2] & made):
+            left_out.add(k)
+            made |= found[k][0] | found[k][1]
+    taken, bound = set(), {"cells": left_out}
+    for k in sorted(run):
+        kind, index, _, owner = sequence[k]
+        if kind != "judged":
+            continue
+        read = set()
+        for check in [teacher.cells[j].source for j in owner.checks + owner.hidden]:
+            read |= names(check)[2]
+        wanted = sorted((read & made) - taken)
+        taken |= set(wanted)
+        if wanted:
+            bound[owner.number] = wanted
+    return bound
 
 
 def answer_names(answer: str) -> tuple[str, list]:
@@ -505,9 +549,7 @@ def grade_lesson(teacher_path: Path, student_path: Path, course: Path, pristine:
     setup = ("import sys as _sys\n"
              f"_sys.path.insert(0, {str(course)!r})\n"
              "from tools.grade_kernel import KernelGrader as _KernelGrader  # noqa: E402\n\n")
-    # lessons that build hosts check in the kernel: the judge would build them again
-    plan = plan_lesson(teacher, student, "", stem,
-                       judge=judge is not None and not uses_cluster(teacher))
+    plan = plan_lesson(teacher, student, "", stem, judge=judge is not None)
     setup += (f"__grader__ = _KernelGrader({str(results)!r}, {timeout!r}, {lesson_timeout!r},"
               f" {str(course)!r}, {str(pristine)!r}, {protected!r}, {plan.own_files!r}, "
               f"{str(cache or '')!r}, {cell_backstop()!r}, {write_cache!r})\n"
@@ -1453,10 +1495,8 @@ def read_teacher(path: Path):
 
 
 def has_judged_exercises(teacher: Path) -> bool:
-    """Whether a lesson has exercises the judge checks (tools/judge.py): any, where no
-    hosts are built."""
-    nb = read_teacher(teacher)
-    return not uses_cluster(nb) and bool(exercise_list(nb, strict=False))
+    """Whether a lesson has exercises the judge checks (tools/judge.py)."""
+    return bool(exercise_list(read_teacher(teacher), strict=False))
 
 
 def kill_marked_by(pid: int) -> None:
