@@ -1,6 +1,6 @@
-"""Lesson 03, exercise 3: the DDP run whose `fit` loop
-ddp_scripts/03_ddp_training/training_exercise.py writes. Not a script of its own: the exercise calls
-run_exercise(fit), and rank 0 writes what every rank saw and found as JSON.
+"""Lesson 03, exercise 3: the DDP run around the `fit` that
+ddp_scripts/03_ddp_training/training_exercise.py defines. Not a script of its own: the exercise
+calls run_exercise(fit), and rank 0 writes what every rank saw and found as JSON.
 
 48 training and 25 evaluation points in the plane, labelled by the side of a line with
 1 label in 5 flipped; a linear model; SGD. 48 and the global batch of 12 divide by 1 to
@@ -17,7 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 TRAIN, EVAL, BATCH = 48, 25, 12
-log = {"seen": [], "part": [], "weights": []}  # what this rank saw and found, for the check
+log = {"seen": [], "part": [], "weights": [], "after_epochs": []}  # for the check
 
 
 def train_one_epoch(model, optimizer, loader):
@@ -35,7 +35,8 @@ def evaluate(model, x, y):
     with torch.no_grad():
         correct = int((model.module(x).argmax(1) == y).sum())
     log["part"].append([correct, len(y)])
-    log["weights"].append([p.tolist() for p in model.module.parameters()])  # for the check
+    log["weights"].append([p.tolist() for p in model.module.parameters()])
+    log["after_epochs"].append(len(log["seen"]))  # epochs trained when it evaluated
     return correct, len(y)
 
 
