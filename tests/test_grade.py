@@ -16,7 +16,7 @@ import pytest
 from tools.course import REPO, share_warm_server
 from tools.exercises import exercise_list, near_miss_source, student_version
 from tools.grade import confining, main, match_solutions, plan_lesson
-from tools.grade_cells import names, needed_cells
+from tools.grade_cells import launches, names, needed_cells
 from tools.grade_kernel import describe
 from tools.student import write_student_course
 
@@ -286,6 +286,22 @@ def test_only_what_the_exercises_need_runs():
         "assert answer() == 1, 'answer'",  # 9: its check
     ]
     assert needed_cells(sources, {7, 8, 9}) == {0, 1, 3, 7, 8, 9}
+
+
+def test_a_lesson_on_hosts_is_judged_with_the_kernels_measurements():
+    """Lesson 34: its checks run in the judge, which does not run the experiments on the
+    hosts again (they are the kernel's): the kernel measures, and the judge binds the
+    values its checks read from there, at the first exercise that reads each."""
+    teacher = nbformat.read(REPO / "notebooks" / "34_slow_link.ipynb", as_version=4)
+    plan = plan_lesson(teacher, teacher, "", "34_slow_link", judge=True)
+    assert plan.judged_exercises == {1, 2}
+    assert [kind for kind, source in plan.judged if kind == "lesson" and launches(source)] == []
+    binds = [source for kind, source in plan.judged if kind == "bind"]
+    assert "'measured'" in binds[0] and "'compute'" in binds[0] and "'grad_bytes'" in binds[0]
+    assert "'on_wire'" in binds[1] and "'grad_bytes'" not in binds[1]
+    kernel = "\n".join(cell.source for cell in plan.notebook.cells)
+    assert "slow = run_both_hosts()" in kernel and "on_wire = " in kernel  # it measures
+    assert "__grader__.part(" not in kernel and kernel.count("__grader__.serve(") == 2
 
 
 def test_answers_are_matched_by_cell_id_then_in_order():

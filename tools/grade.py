@@ -25,7 +25,8 @@ student's kernel waits where the check was: an answer cannot rebind what a check
 and a hidden check's source never enters the student's process. A check of a script exercise
 launches the student's script; a check of a function exercise calls the student's
 functions in their kernel, which answers the judge's calls as data (tools/oracle.py).
-Lessons that build hosts (32, 34) are still checked in the kernel.
+In lessons that build hosts (32, 34), the judge takes the values of the experiments on
+them from the kernel, as data, instead of running them again.
 With two or more students, the lessons' experiments run once, with the instructor's
 notebooks, and their values (JSON, decoded as data) reach every student from memory.
 
