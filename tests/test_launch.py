@@ -15,6 +15,8 @@ from tools.launch import (
     STACKS_LIMIT_S,
     LaunchError,
     LaunchTimeout,
+    _launch,
+    _Process,
     course_root,
     launch,
     launch_nodes,
@@ -202,6 +204,47 @@ def test_launch_ranks_stops_the_others_when_one_fails():
     assert time.monotonic() - start < 20  # not the 60 s timeout: the others were stopped
     assert not result.timed_out and result.returncode == 3
     assert "[rank1]:rank 1 fails at once" in result.output
+
+
+PARTS = """import sys, time
+role, log = sys.argv[1], sys.argv[2]
+if role == "dies":
+    sys.exit(3)
+if role == "waits":
+    time.sleep(1.0)
+open(log, "a").write(role + "\\n")
+print("done", role)
+"""
+
+
+@pytest.mark.parametrize("on_its_own", [True, False])
+def test_processes_on_their_own_and_one_that_starts_later(tmp_path, on_its_own):
+    """An elastic job's hosts (lesson 26): with `on_its_own`, a process that fails does
+    not stop the others; one with `start_when` starts once that holds (a host that comes
+    back), and the output says when; `exit_codes` says how each ended. Without
+    `on_its_own`, the failure stops the others, and what waits never starts."""
+    script, log = tmp_path / "parts.py", tmp_path / "log"
+    script.write_text(PARTS)
+
+    def build(args):
+        def part(role, when=None):
+            return _Process(role, ["python", "parts.py", role],
+                            [sys.executable, str(script), role, str(log)], {},
+                            on_its_own=on_its_own, start_when=when)
+        return [part("dies"), part("waits"),
+                part("later", lambda: log.exists() and "waits" in log.read_text())]
+
+    result = _launch(build, str(script), [], 60, False, True, False, None, tmp_path)
+    assert result.returncode == 3 and not result.timed_out
+    if on_its_own:
+        assert result.exit_codes == [3, 0, 0]
+        assert log.read_text().splitlines() == ["waits", "later"]  # later: after waits
+        assert "[launch] started now: here$ python parts.py later" in result.output
+        assert "[later]:done later" in result.output
+    else:
+        assert result.exit_codes[0] == 3 and result.exit_codes[2] is None
+        assert not log.exists()
+        assert "started now" not in result.output
 
 
 def test_launch_nodes_forms_one_job_from_two_agents():

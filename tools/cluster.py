@@ -347,12 +347,16 @@ def _job_output(job_id: str) -> str:
 # ------------------------------------------------------------------------ launching
 
 def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None = None,
-              **options):
+              independent: bool = False, **options):
     """Launch commands on the hosts, together, as tools/launch.py launches on this machine
     (a timeout, the whole process group killed, the output streamed and captured, rank 0's
     JSON with out=True). `runs` holds (host, command as typed there): the command is
     `torchrun ...` or `python ...`, after any `NAME=value` words for its environment. With
-    echo=False the commands are still shown, but not their output."""
+    echo=False the commands are still shown, but not their output. Once one command fails
+    the others are stopped, unless `independent`: then each lives on its own, as on
+    machines of their own (an elastic job, whose hosts may die: lesson 26), and the
+    result's `exit_codes` say how each ended. A run given as (host, command, when) starts
+    once `when()` is True (a host that comes back), and says so then."""
     from tools import launch as launcher
 
     executable = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
@@ -360,7 +364,7 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
 
     def build(args):
         processes = []
-        for host, command in runs:
+        for host, command, *when in runs:
             shown = [*command, *args]
             count = next(i for i, word in enumerate(shown) if "=" not in word)
             variables = dict(word.split("=", 1) for word in shown[:count])
@@ -368,16 +372,19 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
             inside = [*executable[program[0]], *program[1:]]
             processes.append(launcher._Process(host, shown, on(host, inside), variables,
                                                host=host, inside=inside,
-                                               namespaces=namespaces(host)))
+                                               namespaces=namespaces(host),
+                                               on_its_own=independent,
+                                               start_when=when[0] if when else None))
         return processes
 
     defaults = {"timeout": 120, "out": False, "expect_failure": False, "echo": True,
                 "cwd": None}  # the course the lesson runs in (launch.course_root)
     defaults.update(options)
     if not defaults["echo"]:
-        for host, command in runs:
-            print(f"{host}$ {shlex.join(command)}" + (" &" if len(runs) > 1 else ""),
-                  flush=True)
+        for host, command, *when in runs:
+            if not when:
+                print(f"{host}$ {shlex.join(command)}" + (" &" if len(runs) > 1 else ""),
+                      flush=True)
     return launcher._launch(build, script, [], defaults["timeout"], defaults["out"],
                             defaults["expect_failure"], defaults["echo"], env, defaults["cwd"])
 

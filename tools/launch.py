@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +110,8 @@ class LaunchResult:
     stderr_by_rank: dict[int, str] = field(default_factory=dict)
     # Whether every process was forked warm (tools/zygote.py) rather than started anew.
     warm: bool = False
+    # Each process's exit status, in the order of the commands (None: killed at the end)
+    exit_codes: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -215,6 +218,10 @@ class _Process:
     # namespaces), and those namespaces, for a warm start (tools/cluster.py's `namespaces`).
     inside: list[str] | None = None
     namespaces: dict | None = None
+    # Its failure is its own (a host that dies, in lesson 26): the others go on.
+    on_its_own: bool = False
+    # Started once this says True (a host that comes back, in lesson 26), not at once.
+    start_when: Callable[[], bool] | None = None
 
 
 def launch(script: str, *args, nproc: int | None = 2, timeout: float = 120,
@@ -344,12 +351,14 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
     base_env = {**default_env, **(env or {})}
     if echo:
         for p in processes:
-            print(f"{p.host}$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
-                  flush=True)
+            if p.start_when is None:  # (the others are shown as they start)
+                print(f"{p.host}$ {shlex.join(p.shown)}" + (" &" if len(processes) > 1 else ""),
+                      flush=True)
     try:
-        returncode, output, seconds, timed_out, warm = _run(processes, base_env, cwd, timeout,
-                                                            echo, default_env)
-        result = LaunchResult(command, returncode, output, seconds, timed_out, warm=warm)
+        returncode, output, seconds, timed_out, warm, codes = _run(
+            processes, base_env, cwd, timeout, echo, default_env)
+        result = LaunchResult(command, returncode, output, seconds, timed_out, warm=warm,
+                              exit_codes=codes)
         for p in processes:
             if p.log_dir is not None:
                 result.stderr_by_rank.update(last_attempt_stderr(p.log_dir))
@@ -416,13 +425,18 @@ def _start(p: _Process, base_env: dict, cwd, default_env: dict | None):
 
 def _run(processes, base_env, cwd, timeout, echo, default_env=None):
     """Run the processes together; stream their lines; stop them all at the deadline,
-    or as soon as one of several fails. Returns (returncode, output, seconds, timed_out)
-    where returncode is the first non-zero exit status seen, or 0."""
+    or as soon as one of several fails (unless its failure is its own: `on_its_own`). A
+    process with a `start_when` starts once that says True (checked every 0.2 s at most).
+    Returns (returncode, output, seconds, timed_out, warm, each one's exit status: None
+    if it never started or was stopped) where returncode is the first non-zero exit
+    status seen, or 0."""
     start = time.monotonic()
     deadline = start + timeout
     lines: queue.Queue = queue.Queue()
-    running = []
-    for p in processes:
+    running: list = [None] * len(processes)
+
+    def begin(k):
+        p = processes[k]
         proc = _start(p, base_env, cwd, default_env)
         prefix = f"[{p.label}]" if p.label else ""
         if p.label and p.label.startswith("node"):
@@ -438,22 +452,42 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
         # Reader threads fill the queue; this thread prints, so that a notebook shows
         # the lines in the cell that launched the run.
         threading.Thread(target=pump, daemon=True).start()
-        running.append(proc)
+        running[k] = proc
 
+    waiting = [k for k, p in enumerate(processes) if p.start_when is not None]
+    for k in range(len(processes)):
+        if k not in waiting:
+            begin(k)
     captured: list[str] = []
-    open_streams, timed_out, returncode = len(running), False, 0
-    while open_streams or any(proc.poll() is None for proc in running):
+    open_streams, timed_out, returncode = len(processes) - len(waiting), False, 0
+
+    def started():
+        return [(proc, p) for proc, p in zip(running, processes) if proc is not None]
+
+    while open_streams or waiting or any(proc.poll() is None for proc, _ in started()):
         if time.monotonic() >= deadline:
             timed_out = True
             break
+        for k in list(waiting):
+            if processes[k].start_when():
+                waiting.remove(k)
+                begin(k)
+                open_streams += 1
+                line = f"[launch] started now: {processes[k].host or 'here'}$ " \
+                       f"{shlex.join(processes[k].shown)}\n"
+                captured.append(line)
+                if echo:
+                    print(line, end="", flush=True)
         line = ""
         if open_streams:
             try:
                 line = lines.get(timeout=0.2)
             except queue.Empty:
                 pass
+        elif waiting:
+            time.sleep(0.05)
         else:  # every stream is closed: wait for the processes themselves, not a tick
-            for proc in running:
+            for proc, _ in started():
                 try:
                     proc.wait(timeout=max(0.01, min(0.2, deadline - time.monotonic())))
                 except subprocess.TimeoutExpired:
@@ -464,14 +498,18 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
             captured.append(line)
             if echo:
                 print(line, end="", flush=True)
-        failed = [proc.returncode for proc in running if proc.poll() not in (None, 0)]
+        failed = [proc.returncode for proc, p in started()
+                  if proc.poll() not in (None, 0) and not p.on_its_own]
         if failed and not returncode:
             returncode = failed[0]
-            for proc in running:  # the others would wait for the failed one forever
+            waiting.clear()  # what has not started yet never will
+            for proc, _ in started():  # the others would wait for the failed one forever
                 if proc.poll() is None:
                     kill_tree(proc)
-    stacks = where_they_are(running) if timed_out else ""
-    for proc in running:
+    alive = [proc for proc, _ in started()]
+    stacks = where_they_are(alive) if timed_out else ""
+    codes = [None if proc is None else proc.poll() for proc in running]
+    for proc in alive:
         if proc.poll() is None:
             kill_tree(proc)
     # Whatever a stopped run printed before the end is part of the story: read each stream
@@ -492,13 +530,13 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
         captured.append(stacks)
         if echo:
             print(f"[launch] timed out after {timeout:g} s: killed the run", flush=True)
-    for proc in running:
+    for proc in alive:
         proc.stdout.close()
     if not returncode and not timed_out:
-        returncode = next((proc.returncode for proc in running if proc.returncode), 0)
-    warm = all(type(proc).__name__ == "WarmProcess" for proc in running)
+        returncode = next((proc.returncode for proc in alive if proc.returncode), 0)
+    warm = bool(alive) and all(type(proc).__name__ == "WarmProcess" for proc in alive)
     return (None if timed_out else returncode), "".join(captured), \
-        time.monotonic() - start, timed_out, warm
+        time.monotonic() - start, timed_out, warm, codes
 
 
 LOG = "DDP_COURSE_LAUNCH_LOG"  # a file to which every launch adds a line of JSON
