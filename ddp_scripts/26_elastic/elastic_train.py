@@ -1,16 +1,13 @@
 """Lesson 26: DDP training that a host may leave and rejoin (torchrun's elastic mode).
 
 The digits MLP (lesson 03) with a global batch that stays the same at any world size:
-each rank takes micro-batches of --micro samples, and accumulates as many as the world
-needs (`plan_batches`); the samples of global step s are drawn from s's own seed, so a
-step is the same step whichever world runs it. Every --save-every steps, a sharded DCP
-checkpoint, which a world of any size loads; a restarted world resumes from the newest.
-Rank 0 appends a line per step to --log (JSON: step, world size, loss, time).
-
-To show a host leaving on cue: with --leave-at STEP, the ranks on --host kill their
-torchrun agent and exit at that step (processes gone: their peers see closed sockets);
-with --unplug-at STEP, they pull their host's cable instead (silence: their peers wait
-for --timeout).
+micro-batches of --micro samples, as many per rank as the world needs (`plan_batches`);
+the samples of global step s are drawn from s's own seed, so a step is the same step
+whichever world runs it. Every --save-every steps, a sharded DCP checkpoint, which a
+world of any size loads; a restarted world resumes from the newest. Rank 0 appends a
+line per step to DIR/steps.jsonl (JSON: step, world size, loss, time). With --leave-at
+STEP, the ranks on --host kill their torchrun agent and exit at that step, as if the
+host had died.
 
     torchrun --nnodes=1:2 --nproc-per-node=2 --rdzv-backend=c10d \\
         --rdzv-endpoint=nodeA:29400 --rdzv-id=job1 --max-restarts=3 \\
@@ -21,8 +18,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -88,66 +83,57 @@ def leave():
 def main():
     parser = arguments(__doc__, device=False)
     parser.add_argument("--dir", type=Path, required=True, help="checkpoints and the log")
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--global-batch", type=int, default=64)
     parser.add_argument("--micro", type=int, default=16, help="samples per micro-batch")
     parser.add_argument("--save-every", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=10, help="seconds a collective waits")
-    parser.add_argument("--host", default="nodeB", help="the host that leaves")
-    parser.add_argument("--leave-at", type=int, help="step at which --host's processes die")
-    parser.add_argument("--unplug-after", type=int,
-                        help="steps after it rejoins at which --host's cable is pulled")
+    parser.add_argument("--timeout", type=float, default=5, help="seconds a collective waits")
+    parser.add_argument("--host", default="nodeB", help="the host that --leave-at ends")
+    parser.add_argument("--leave-at", type=int, help="the step at which --host's processes die")
     args = parser.parse_args()
     world = setup("cpu", timeout_s=args.timeout, ddp=True)
     args.dir.mkdir(parents=True, exist_ok=True)
-    train, _ = load_data(args.seed)
-    x, y = train.tensors
-    model = DDP(make_model(args.seed))
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    x, y = load_data(0)[0].tensors
+    model = DDP(make_model(0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = newest(args.dir)
     if start:
         load(args.dir, start, model, optimizer)
     accumulate = plan_batches(args.global_batch, args.micro, world.world_size)
-    here = socket.gethostname()
-    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     log = (args.dir / "steps.jsonl").open("a") if world.rank == 0 else None
-    if log:
-        log.write(json.dumps({"event": "start", "step": start, "world": world.world_size,
-                              "restart": restart, "time": time.time()}) + "\n")
-        log.flush()
+
+    def write(**entry):
+        if log:
+            log.write(json.dumps({**entry, "world": world.world_size, "restart": restart,
+                                  "time": time.time()}) + "\n")
+            log.flush()
+
+    write(event="start", step=start)
     for step in range(start, args.steps):
-        if here == args.host and step == args.leave_at and start == 0:
+        if step == args.leave_at and start == 0 and socket.gethostname() == args.host:
             leave()
-        if here == args.host and start and step == start + (args.unplug_after or -1) \
-                and world.local_rank == 0:
-            subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
-        samples = step_samples(step, len(x), args.global_batch, args.seed)
+        samples = step_samples(step, len(x), args.global_batch, seed=0)
         total = torch.zeros((), dtype=torch.float64)
         for k in range(accumulate):
             first = (k * world.world_size + world.rank) * args.micro
             mine = samples[first:first + args.micro]
             loss = F.cross_entropy(model(x[mine]), y[mine], reduction="sum")
             total += loss.detach()
+            scaled = loss * world.world_size / args.global_batch  # DDP averages over ranks
             if k < accumulate - 1:
-                with model.no_sync():  # gradients summed here, all-reduced once at the end
-                    (loss / args.global_batch * world.world_size).backward()
+                with model.no_sync():  # summed here, all-reduced with the last micro-batch
+                    scaled.backward()
             else:
-                (loss / args.global_batch * world.world_size).backward()
+                scaled.backward()
         optimizer.step()
         optimizer.zero_grad()
         dist.all_reduce(total)
-        if log:
-            log.write(json.dumps({"step": step + 1, "world": world.world_size,
-                                  "loss": total.item() / args.global_batch,
-                                  "restart": restart, "time": time.time()}) + "\n")
-            log.flush()
+        write(step=step + 1, loss=total.item() / args.global_batch)
         if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
             save(args.dir, step + 1, model, optimizer)
-    weights = torch.cat([p.detach().flatten() for p in model.module.parameters()])
-    report(args.out, {"rank": world.rank, "host": here}, weights=weights.tolist(),
-           resumed_from=start)
+    report(args.out, {"rank": world.rank, "host": socket.gethostname()}, resumed_from=start,
+           weights=torch.cat([p.detach().flatten() for p in model.module.parameters()]).tolist())
     del model
     teardown()
 
