@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -69,10 +70,12 @@ def load(folder, step, model, optimizer):
 
 
 def leave():
-    """This host's end: kill the torchrun agent above this process, then exit."""
+    """This host's end: kill the torchrun agent above this process (`torchrun ...` or
+    `python -m torch.distributed.run ...`), then exit."""
     pid = os.getppid()
     while pid > 1:
-        if b"torch.distributed.run" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"torch.distributed.run" in command or b"bin/torchrun" in command:
             os.kill(pid, signal.SIGKILL)
             break
         pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -118,14 +121,11 @@ def main():
         for k in range(accumulate):
             first = (k * world.world_size + world.rank) * args.micro
             mine = samples[first:first + args.micro]
-            loss = F.cross_entropy(model(x[mine]), y[mine], reduction="sum")
+            last = k == accumulate - 1  # only its backward all-reduces (forward and
+            with nullcontext() if last else model.no_sync():  # backward under no_sync)
+                loss = F.cross_entropy(model(x[mine]), y[mine], reduction="sum")
+                (loss * world.world_size / args.global_batch).backward()  # DDP averages
             total += loss.detach()
-            scaled = loss * world.world_size / args.global_batch  # DDP averages over ranks
-            if k < accumulate - 1:
-                with model.no_sync():  # summed here, all-reduced with the last micro-batch
-                    scaled.backward()
-            else:
-                scaled.backward()
         optimizer.step()
         optimizer.zero_grad()
         dist.all_reduce(total)
