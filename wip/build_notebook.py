@@ -9,7 +9,7 @@ code = lambda s, tags=None, **meta: cells.append(new_code_cell(s.strip("\n"), me
 md("""
 # 26 · When the cluster changes size: elastic DDP
 
-Real jobs lose machines: a spot instance is taken back, a node crashes, a switch port dies. With `torchrun --nnodes=MIN:MAX`, the job goes on in a smaller world when a host leaves and grows again when it comes back. This lesson runs that on lesson 32's two hosts: a host dies, training resumes on the other from the newest checkpoint, the host comes back, and later its cable is pulled. Each time, the training step stays the same step: the loss curve is the uninterrupted job's, to the last bit.
+Real jobs lose machines: a spot instance is taken back, a node crashes, a switch port dies. With `torchrun --nnodes=MIN:MAX`, the job goes on in a smaller world when a host leaves and grows again when it comes back. This lesson runs that on two hosts made on this machine (lesson 32 builds them; `cluster.up` below does it for you): a host dies, training resumes on the other from the newest checkpoint, the host comes back, and later its cable is pulled. Each time, the training step stays the same step: the loss curve is the uninterrupted job's, within 1e-12 (the worlds sum their gradients in different orders).
 
 **What you will learn**
 
@@ -22,7 +22,7 @@ Real jobs lose machines: a spot instance is taken back, a node crashes, a switch
 **This lesson needs Linux and root**, like lesson 32; the next cells stop, saying why, where it cannot run.
 """)
 code("""
-world_size = 2        # processes per host: 2 hosts x 2 ranks
+world_size = 2        # ranks per host (torchrun's --nproc-per-node): a world of 4, or 2
 steps = 300           # global steps of each job
 leave_at = 20         # the step at which nodeB's processes die
 launch_timeout = 120  # seconds before a launch is stopped and the cell fails
@@ -39,11 +39,14 @@ from tools.plots import elastic_timeline
 reason = cluster.why_not()
 if reason:
     raise RuntimeError(f"This lesson cannot run on this machine: {reason}")
+nproc_per_node = world_size  # ranks on each of the 2 hosts
 """)
 md("""
 ## 1. One job, two hosts, and room to shrink
 
-`torchrun --nnodes=1:2` starts an *elastic* job: at least 1 host, at most 2. Each host's torchrun (its *agent*) joins a rendezvous at `--rdzv-endpoint`; the round closes once 2 hosts are in, or 1 host after `last_call_timeout`. When a worker fails, the agent stops its workers and rendezvous again, and every host that takes part starts its workers anew, with `WORLD_SIZE` and `RANK` for the new world.
+`torchrun --nnodes=1:2` starts an *elastic* job: at least 1 host, at most 2. The torchrun on each host is its *agent*: it starts and watches that host's ranks. The agents meet in a *rendezvous*: a shared record, kept in a key-value *store* that the agent on the `--rdzv-endpoint` host serves, of which hosts take part in the current *round*. A round closes once 2 hosts are in, or 1 host and `last_call_timeout` seconds later. Each agent proves it is alive by writing a *heartbeat* (a time stamp) there every `keep_alive_interval` seconds.
+
+If any worker fails, its agent stops its workers and joins a new round; the others do the same once their own workers fail. When the round closes, every agent in it starts fresh workers, with the `RANK` and `WORLD_SIZE` of the new world. A host that arrives while a world is training waits on the round's *wait list*; the running agents see it and start a new round.
 """)
 code("""
 print(f"hosts up in {cluster.up(with_slurm=False):.1f} s")
@@ -53,7 +56,7 @@ md("""
 The script, `ddp_scripts/26_elastic/elastic_train.py`, comes in three pieces below. First, **a step is a step in any world**: the global batch (64 samples) stays, whatever the number of ranks; each rank takes micro-batches of 16 and accumulates as many as the world needs (4 ranks: 1 each; 2 ranks: 2 each), and the samples of step *s* are drawn from *s*'s own seed, so a world of 2 that resumes at step 18 takes exactly the samples a world of 4 would have.
 """)
 md("""
-Second, **checkpoints any world can load**: every 3 steps, `torch.distributed.checkpoint` (lesson 22) saves the model and the optimizer's momentum, each rank its part; a pointer file, replaced in one step once every rank has written, names the newest. A world of another size loads it as it is. And the way this lesson kills a host on cue: at `--leave-at`, the ranks on `nodeB` kill their agent and exit, as a power cut would end them.
+Second, **checkpoints any world can load**: every 3 steps, `torch.distributed.checkpoint` (lesson 22) saves the model and the optimizer's momentum, each rank its part; a file `latest`, replaced atomically (`os.replace`) once every rank has written its part, names the newest. Both hosts see the same folder here; on a real cluster the checkpoints need storage every host can reach. A world of another size loads it as it is. And the way this lesson kills a host on cue: at `--leave-at`, the ranks on `nodeB` kill their agent and exit, as a power cut would end them.
 """)
 code('''
 %%writefile ../ddp_scripts/26_elastic/elastic_train.py
@@ -207,12 +210,12 @@ if __name__ == "__main__":
     main()
 ''')
 md("""
-The job, uninterrupted: the same command on both hosts. `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives each new world a store of its own (with the agent's store shared, a world that grows fails to form on torch 2.13); the `--rdzv-conf` values shorten the waits (section 3 says which, and why).
+The job, uninterrupted: the same command on both hosts (`GLOO_SOCKET_IFNAME=eth0`: the interface Gloo sends on, lesson 32). A step number in the log is the number of steps done: "a world starts at step 18" means it resumes after step 18. `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` gives each new world a store of its own (with the agent's store shared, a world that grows fails to form on torch 2.13); the `--rdzv-conf` values shorten the waits (section 3 says which, and why).
 """)
 code("""
 def torchrun(job, *extra):
     return ["GLOO_SOCKET_IFNAME=eth0", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", "torchrun",
-            "--nnodes=1:2", f"--nproc-per-node={world_size}", "--rdzv-backend=c10d",
+            "--nnodes=1:2", f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d",
             "--rdzv-endpoint=nodeA:29400", f"--rdzv-id={job}", "--max-restarts=3",
             "--rdzv-conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=4",
             "ddp_scripts/26_elastic/elastic_train.py", "--dir", str(jobs / job),
@@ -234,10 +237,12 @@ print(f"{plain.data['world_size']} ranks on {sorted({r['host'] for r in plain.da
       f"{plain_loss[steps]:.3f}")
 """)
 code("""
-assert plain.data["world_size"] == 2 * world_size, f"expected {2 * world_size} ranks: {plain.data}"
+ranks = plain.data["world_size"]
+assert ranks == 2 * nproc_per_node, f"expected {2 * nproc_per_node} ranks, got {ranks}"
 assert sorted(plain_loss) == list(range(1, steps + 1)), "expected every step once, in order"
-assert [e["world"] for e in plain_log if e.get("event")] == [2 * world_size], \\
-    f"expected one world of {2 * world_size}, no restart: {[e for e in plain_log if 'event' in e]}"
+assert [e["world"] for e in plain_log if e.get("event")] == [2 * nproc_per_node], \\
+    f"expected one world of {2 * nproc_per_node}, no restart: " \\
+    f"{[e for e in plain_log if 'event' in e]}"
 """, tags=["check"])
 md("""
 ## 2. A host dies, comes back, and loses its cable
@@ -248,7 +253,17 @@ The same job again, with three events:
 2. once the world of 2 has trained a step, nodeB's operator starts the same command again: the host is back;
 3. once the world of 4 has trained 10 more steps, nodeB's cable is pulled (`cluster.set_link`), and plugged back once the job has ended.
 
-`launch_on` runs the commands as their hosts would: each on its own (`independent=True`: one that fails does not stop the others), nodeB's second command only once its condition holds, and the cable's events on cue.
+`launch_on` runs the commands as their hosts would:
+
+| what | when | does |
+|---|---|---|
+| nodeA's torchrun | at once | the job's first host, to the end |
+| nodeB's torchrun (`--leave-at 20`) | at once | dies at step 20 (exit status -9: killed by SIGKILL) |
+| nodeB's torchrun again, the same command | when the world of 2 has trained a step | the host back (`--leave-at` applies only to a world that started at step 0) |
+| a cue: `cluster.set_link("nodeB", False)` | when that world of 4 has trained 10 steps | the cable pulled |
+| a cue: `cluster.set_link("nodeB", True)` | when the last step is done | the cable back: nodeB's agent finds the job gone and exits with 1 |
+
+`independent=True`: a command that fails does not stop the others, as on real machines. A third element in a run, and each cue, is (condition, ...): the launcher checks conditions about every 0.2 s, so an event comes a few steps after its condition first held.
 """)
 code("""
 def trained(log, world):
@@ -272,10 +287,10 @@ command = torchrun("events", "--leave-at", str(leave_at))
 starts = lambda: [e for e in now_log() if e.get("event")]  # noqa: E731
 events = cluster.launch_on(
     [("nodeA", command), ("nodeB", command),
-     ("nodeB", command, lambda: trained(now_log(), world_size) >= 1)],
+     ("nodeB", command, lambda: trained(now_log(), nproc_per_node) >= 1)],
     "ddp_scripts/26_elastic/elastic_train.py", out=True, echo=False, independent=True,
     expect_failure=True, timeout=launch_timeout,
-    cues=[(lambda: len(starts()) == 3 and trained(now_log(), 2 * world_size) >= 10,
+    cues=[(lambda: len(starts()) == 3 and trained(now_log(), 2 * nproc_per_node) >= 10,
            lambda: (mark("cable pulled"), cluster.set_link("nodeB", False)),
            "nodeB's cable pulled"),
           (lambda: any(e.get("step") == steps for e in now_log()),
@@ -302,6 +317,7 @@ resumed = {e["step"]: e["loss"] for e in log if "loss" in e}
 gap = max(abs(loss - plain_loss[step]) for step, loss in resumed.items())
 assert sorted(resumed) == list(range(1, steps + 1)) and gap < 1e-12, \\
     f"expected every step's loss equal to the uninterrupted job's, got {gap:.1e} apart"
+print(f"largest gap to the uninterrupted job's loss, over {len(resumed)} steps: {gap:.1e}")
 """, tags=["check"])
 code("""
 died = min(e["time"] for e in log if e.get("step") == leave_at)  # its last step done
@@ -312,27 +328,27 @@ elastic_timeline(log, plain_loss, events_at);
 md("""
 ## 3. What each event cost, and what counts as a restart
 
-From the timeline above (this run's seconds; they vary from run to run):
+The shaded spans in the timeline are the seconds each event cost (this run's; they vary from run to run, and the cable's 5 s and 4 s overlap):
 
-- **A host dies** (its processes gone, so its peers' sockets close at once): nodeA's ranks fail on their next all-reduce, its agent stops them and rendezvous again. The round waits until the dead host's heartbeat is older than `keep_alive_interval` x `keep_alive_max_attempt` (1 s x 4 here; 5 s x 3 = 15 s by default), because the dead host is still a participant of the last round and only that age removes it. Then `last_call_timeout` (1 s), new workers, and the checkpoint's load.
-- **A host comes back**: its agent joins the rendezvous's wait list; the running agent sees a node waiting in its monitor loop (every 0.1 s) and restarts its workers in a world of 4. The world of 2 trains on until then.
-- **A cable is pulled** (silence, not a closed socket): the ranks on both sides wait for the all-reduce's `--timeout` (5 s) before they fail; then the same wait for the silent host's heartbeat. The silent host's agent does not end by itself: its heartbeat thread waits on the store, which it cannot reach. Plugged back in after the job, it fails at once.
+- **A host dies** (its processes gone, so its peers' sockets close at once): nodeA's ranks fail on their next all-reduce, its agent stops them and rendezvous again. A host counts as gone only when its last heartbeat is older than `keep_alive_interval` x `keep_alive_max_attempt` (1 s x 4 here, 15 s by default); until then the new round waits for it, as it is still listed in the last one. Then `last_call_timeout` (1 s), new workers, and the checkpoint's load.
+- **A host comes back**: its agent joins the rendezvous's wait list; the running agent sees a node waiting in its monitor loop (it looks every 0.1 s, at a copy of the rendezvous refreshed every second) and restarts its workers in a world of 4. The world of 2 trains on until then.
+- **A cable is pulled** (silence, not a closed socket): the ranks on both sides wait for the all-reduce's `--timeout` (5 s) before they fail; then the same wait for the silent host's heartbeat. The silent host's agent waits on the store it cannot reach (up to the store's `read_timeout`, 60 s by default); plugged back in after the job, it fails at once.
 
 <details><summary>Deep dive: which restarts count against --max-restarts (torch 2.13's sources)</summary>
 
-In `torch/distributed/elastic/agent/server/api.py`, `_invoke_run`: a worker group that FAILED uses up one of `--max-restarts` (`self._remaining_restarts -= 1`, then `_restart_workers`); when none are left, the agent stops and the job fails. A HEALTHY group with `num_nodes_waiting() > 0` restarts without counting ("membership changes do not count as retries"). `TORCHELASTIC_RESTART_COUNT`, which the workers see, is `max_restarts - remaining_restarts`: it went 0, 1, 1, 2 here (the log's `restart`). So a job whose hosts come and go forever never runs out of restarts, but one whose ranks keep crashing does.
+In `torch/distributed/elastic/agent/server/api.py`, `_invoke_run`: a worker group that FAILED uses up one of `--max-restarts` (`self._remaining_restarts -= 1`, then `_restart_workers`); when none are left, the agent stops and the job fails. A HEALTHY group with `num_nodes_waiting() > 0` restarts without counting ("membership changes do not count as retries"). `TORCHELASTIC_RESTART_COUNT`, which the workers see, is their agent's `max_restarts - remaining_restarts`: each agent counts its own. Rank 0 is on nodeA (the first host name in order), so the log's `restart` is nodeA's: 0, 1, 1, 2; the returning nodeB's workers saw 0. A host that joins is free, but one that leaves is not: the survivors' workers fail, and that costs each of their agents a restart. With `--max-restarts=3`, a fourth departure ends this job.
 
 </details>
 
 <details><summary>Deep dive: why keep_alive_max_attempt=4, not 2</summary>
 
-A heartbeat is written only when the last one is older than `keep_alive_interval` (`_should_keep_alive` in `dynamic_rendezvous.py`), and the timer fires every interval, so heartbeats come about every two intervals. With 1 s x 2, a returning host's agent found the running host's heartbeat stale, dropped it from the rendezvous and made a world of its own: two jobs, each of 2 ranks, writing the same checkpoints. 1 s x 4 held in every run, also with both cores kept busy.
+If the limit is too short, a healthy host looks dead, and the job splits in two. In steady state an agent writes a heartbeat every interval, but each rendezvous stops and restarts its heartbeat timer, and an agent waiting in a round looks only once a second (`next_rendezvous` and `_should_keep_alive` in `dynamic_rendezvous.py`): right after a round, a live host's heartbeat can be 2 s old. That is exactly when a returning host arrives. With 1 s x 2, its agent took the running host for dead, dropped it, and made a world of its own: two jobs of 2 ranks each, writing the same checkpoints. 1 s x 4 held in every run, also with both cores kept busy.
 
 </details>
 
 <details><summary>Deep dive: what elastic torchrun does not do</summary>
 
-It restarts whole worlds: every rank starts again from the newest checkpoint, and the steps since are done twice. It keeps nothing of a rank's memory across a restart (the data loader's position, compiled graphs, caches). It does not survive losing the host of the rendezvous endpoint (here nodeA): the store lives in that host's agent. Keeping a step going when one replica fails, without restarting the others, is what torchft (PyTorch's fault-tolerant DDP and HSDP) does: replica groups that leave and join between steps, with a lighthouse server deciding the quorum of each step.
+It restarts whole worlds: every rank starts again from the newest checkpoint, and the steps since are done twice. It keeps nothing of a rank's memory across a restart (the data loader's position, compiled graphs, caches). It does not survive losing the host of the rendezvous endpoint (here nodeA): with the c10d backend, the store lives in that host's agent. And this lesson's costs are Gloo's on CPUs: under NCCL a dead peer does not close a socket, so the survivors wait for NCCL's watchdog, and sums in other orders are not bit-for-bit the same on GPUs. Keeping a step going when one replica fails, without restarting the others, is what torchft (PyTorch's fault-tolerant DDP and HSDP) does: replica groups that leave and join between steps, with a lighthouse server deciding the quorum of each step.
 
 </details>
 """)
@@ -344,7 +360,7 @@ md("""
 
 ## Exercises
 
-**Exercise 1.** Write `batch_plan(global_batch, world_size, max_micro)`: the micro-batch size and the number of micro-batches each rank accumulates, `(micro, accumulate)`, so that `world_size` ranks together take exactly `global_batch` samples per step, with micro-batches of at most `max_micro` samples, and as few accumulation steps as that allows. Where no such plan exists, raise a `ValueError` that says so.
+**Exercise 1.** Write `batch_plan(global_batch, world_size, max_micro)`: the micro-batch size and the number of micro-batches each rank accumulates, `(micro, accumulate)`, so that `world_size` ranks together take exactly `global_batch` samples per step, in micro-batches of one size, at most `max_micro` samples, and as few accumulation steps as that allows (the script's `plan_batches` is the special case of a fixed micro-batch). Where no such plan exists (the ranks cannot share the batch evenly), raise a `ValueError` that says so.
 """)
 code("""
 # STUB: def batch_plan(global_batch, world_size, max_micro):
@@ -365,9 +381,10 @@ plans = [((64, 4, 16), (16, 1)), ((64, 2, 16), (16, 2)), ((64, 1, 16), (16, 4)),
 for args, expected in plans:
     assert batch_plan(*args) == expected, \\
         f"batch_plan{args}: expected {expected}, got {batch_plan(*args)}"
-for world in (1, 2, 4):  # the plan the job above used, from its log: 64 samples a step
+for world in (2, 4):  # the worlds the job above trained in: 64 samples a step each
     micro, accumulate = batch_plan(64, world, 16)
-    assert micro * accumulate * world == 64, f"{world} ranks: {micro} x {accumulate} x {world}"
+    assert micro <= 16 and micro * accumulate * world == 64, \\
+        f"{world} ranks: {micro} x {accumulate} x {world} samples, not 64"
 """, tags=["check"])
 code("""
 # Hidden: a micro-batch that must shrink (96 samples on 6 ranks, at most 10: 8 x 2), and a
