@@ -407,6 +407,33 @@ cells.append(new_raw_cell("""Near miss: the largest micro-batch that fits, whate
 -     return per_rank // accumulate, accumulate
 +     micro = min(max_micro, global_batch // world_size)
 +     return micro, global_batch // (micro * world_size)""", metadata={"tags": ["near-miss"]}))
+md("""
+**Exercise 2.** Write `steps_redone(save_every, failed_after)`: how many steps a job does twice when it fails after finishing step `failed_after`, with a checkpoint saved after every `save_every` steps (after steps `save_every`, `2 * save_every`, ...). The check compares it with section 2's run: nodeB died after step 20, with a checkpoint every 3 steps.
+""")
+code("""
+# STUB: def steps_redone(save_every, failed_after):
+# STUB:     return 0  # as if every step were saved
+### BEGIN SOLUTION
+def steps_redone(save_every, failed_after):
+    return failed_after % save_every  # the steps since the newest checkpoint
+### END SOLUTION
+""", tags=["solution"])
+code("""
+resumed_at = worlds[1][1]  # where the world of 2 started: the newest checkpoint then
+got = steps_redone(3, leave_at)
+assert got == leave_at - resumed_at, \\
+    f"steps_redone(3, {leave_at}): expected {leave_at - resumed_at} (the run resumed at step " \\
+    f"{resumed_at}), got {got}"
+""", tags=["check"])
+code("""
+# Hidden: a failure right after a checkpoint redoes nothing, and other intervals.
+for args, expected in [((5, 25), 0), ((5, 24), 4), ((10, 3), 3), ((1, 7), 0)]:
+    got = steps_redone(*args)
+    assert got == expected, f"steps_redone{args}: expected {expected}, got {got}"
+""", tags=["hidden"])
+cells.append(new_raw_cell("""Near miss: a failure right after a checkpoint counted as a whole interval redone (right at step 20 of 3, wrong at 25 of 5).
+-     return failed_after % save_every  # the steps since the newest checkpoint
++     return failed_after % save_every or save_every""", metadata={"tags": ["near-miss"]}))
 md("**Next:**")
 nb = new_notebook(cells=cells, metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}, "language_info": {"name": "python"}})
 nbformat.write(nb, "notebooks/26_elastic.ipynb")
