@@ -347,7 +347,7 @@ def _job_output(job_id: str) -> str:
 # ------------------------------------------------------------------------ launching
 
 def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None = None,
-              independent: bool = False, **options):
+              independent: bool = False, cues=(), **options):
     """Launch commands on the hosts, together, as tools/launch.py launches on this machine
     (a timeout, the whole process group killed, the output streamed and captured, rank 0's
     JSON with out=True). `runs` holds (host, command as typed there): the command is
@@ -356,7 +356,8 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
     the others are stopped, unless `independent`: then each lives on its own, as on
     machines of their own (an elastic job, whose hosts may die: lesson 26), and the
     result's `exit_codes` say how each ended. A run given as (host, command, when) starts
-    once `when()` is True (a host that comes back), and says so then."""
+    once `when()` is True (a host that comes back), and says so then; each of `cues`,
+    (when, action, what), runs `action()` once `when()` is True, and says `what`."""
     from tools import launch as launcher
 
     executable = {"torchrun": [sys.executable, "-m", "torch.distributed.run"],
@@ -386,7 +387,8 @@ def launch_on(runs: list[tuple[str, list[str]]], script: str, env: dict | None =
                 print(f"{host}$ {shlex.join(command)}" + (" &" if len(runs) > 1 else ""),
                       flush=True)
     return launcher._launch(build, script, [], defaults["timeout"], defaults["out"],
-                            defaults["expect_failure"], defaults["echo"], env, defaults["cwd"])
+                            defaults["expect_failure"], defaults["echo"], env, defaults["cwd"],
+                            cues)
 
 
 # ------------------------------------------------------------------------- up and down

@@ -324,7 +324,7 @@ def timeout_scale() -> float:
     return scale
 
 
-def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
+def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd, cues=()):
     timeout = timeout * timeout_scale()
     cwd = course_root() if cwd is None else cwd
     script_path = Path(cwd) / script
@@ -356,7 +356,7 @@ def _launch(build, script, args, timeout, out, expect_failure, echo, env, cwd):
                       flush=True)
     try:
         returncode, output, seconds, timed_out, warm, codes = _run(
-            processes, base_env, cwd, timeout, echo, default_env)
+            processes, base_env, cwd, timeout, echo, default_env, cues)
         result = LaunchResult(command, returncode, output, seconds, timed_out, warm=warm,
                               exit_codes=codes)
         for p in processes:
@@ -423,10 +423,12 @@ def _start(p: _Process, base_env: dict, cwd, default_env: dict | None):
     )
 
 
-def _run(processes, base_env, cwd, timeout, echo, default_env=None):
+def _run(processes, base_env, cwd, timeout, echo, default_env=None, cues=()):
     """Run the processes together; stream their lines; stop them all at the deadline,
     or as soon as one of several fails (unless its failure is its own: `on_its_own`). A
     process with a `start_when` starts once that says True (checked every 0.2 s at most).
+    Each of `cues`, (when, action, what), runs `action()` once `when()` says True, and
+    the output says `what` then (a cable pulled, in lesson 26).
     Returns (returncode, output, seconds, timed_out, warm, each one's exit status: None
     if it never started or was stopped) where returncode is the first non-zero exit
     status seen, or 0."""
@@ -464,10 +466,20 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None):
     def started():
         return [(proc, p) for proc, p in zip(running, processes) if proc is not None]
 
+    cues = list(cues)
     while open_streams or waiting or any(proc.poll() is None for proc, _ in started()):
         if time.monotonic() >= deadline:
             timed_out = True
             break
+        for cue in list(cues):
+            when, action, what = cue
+            if when():
+                cues.remove(cue)
+                action()
+                line = f"[launch] {what}\n"
+                captured.append(line)
+                if echo:
+                    print(line, end="", flush=True)
         for k in list(waiting):
             if processes[k].start_when():
                 waiting.remove(k)

@@ -230,6 +230,16 @@ LESSONS = [
            "`@record`'s root cause, py-spy stacks of every rank, `torch.distributed.breakpoint()` "
            "driven by a scripted stdin; exercises: find the first mismatched collective in the "
            "dumps, and the ranks stuck outside communication in the stacks"),
+    Lesson("26_elastic", "When a job fails, hangs or crawls",
+           "a host lost and back: elastic DDP, the step kept",
+           "torchrun's elastic mode on two hosts: a host dies, returns and loses its link; the "
+           "job shrinks and grows, resuming from a sharded checkpoint, the step kept the step.",
+           "an elastic job (`--nnodes=1:2`, c10d rendezvous) on lesson 32's hosts: a host's "
+           "processes killed, the host back, its cable pulled; each time the world is rebuilt and "
+           "resumes from a DCP checkpoint, with the global batch kept by accumulation and each "
+           "step's samples drawn from its own seed, so the loss equals the uninterrupted job's "
+           "(asserted); the restart count, the seconds each event cost, in a timeline",
+           budget_s=45),
     Lesson("30_beyond_allreduce", "Bigger models and real clusters",
            "compression, ZeRO, FSDP2 and torch.compile",
            "Compression hooks (fp16, PowerSGD) with the bytes counted, ZeRO and FSDP2 against DDP "

@@ -760,3 +760,55 @@ def restart_match(uninterrupted: list, restarted: list, from_step: int,
     for ax in (left, right):
         ax.axvline(from_step, color="#999999", lw=0.8, ls=":")
     return _loss_and_gap(fig, left, right, floor)
+
+
+def elastic_timeline(entries: list, plain: dict, events: dict):
+    """Lesson 26: an elastic job whose host died, came back and lost its link. Top: each
+    world's training as a bar at its size over wall-clock seconds, the time between two
+    worlds (no step trained) shaded with its length, the events marked; bottom: the loss
+    per global step against the uninterrupted job's. `entries`: the job's log (JSON
+    lines: "start" events and steps, with "time"); `plain`: {step: loss} of the
+    uninterrupted job; `events`: {label: seconds since the start}."""
+    t0 = entries[0]["time"]
+    worlds, current = [], None
+    for e in entries:
+        if e.get("event"):
+            current = {"world": e["world"], "times": [], "steps": []}
+            worlds.append(current)
+        elif current is not None:
+            current["times"].append(e["time"] - t0)
+            current["steps"].append(e["step"])
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 5.4),
+                                      gridspec_kw={"height_ratios": [1, 1.4]})
+    for k, w in enumerate(worlds):
+        if not w["times"]:
+            continue
+        top.plot([w["times"][0], w["times"][-1]], [w["world"]] * 2, lw=8, color="#4f81bd",
+                 solid_capstyle="butt", label="training (bar height: ranks)" if k == 0 else None)
+        top.text(w["times"][0], w["world"] + 0.35, f"steps {w['steps'][0]}-{w['steps'][-1]}",
+                 fontsize=8)
+        if k + 1 < len(worlds) and worlds[k + 1]["times"]:
+            gap = (w["times"][-1], worlds[k + 1]["times"][0])
+            top.axvspan(*gap, color="#eeeeee", zorder=0)
+            top.text(sum(gap) / 2, 3.0, f"{gap[1] - gap[0]:.1f} s", ha="center", fontsize=8)
+    for label, seconds in events.items():
+        top.axvline(seconds, color="#c0504d", ls="--", lw=1)
+        top.text(seconds, 5.3, label, fontsize=8, color="#c0504d", ha="center")
+    top.set_ylim(0, 5.8)
+    top.set_yticks([0, 2, 4])
+    top.set_xlabel("seconds since the job started (shaded: no step trained)")
+    top.set_ylabel("ranks")
+    top.legend(loc="lower right", fontsize=8)
+    top.grid(True, axis="x", alpha=0.3)
+    redone = sum(len(w["steps"]) for w in worlds) - len(plain)
+    bottom.plot(sorted(plain), [plain[s] for s in sorted(plain)], color="#9bbb59", lw=4,
+                alpha=0.6, label="uninterrupted job (4 ranks throughout)")
+    bottom.plot([s for w in worlds for s in w["steps"]],
+                [e["loss"] for e in entries if "loss" in e], ".", ms=3, color="#4f81bd",
+                label=f"the job above ({redone} steps done twice)")
+    bottom.set_xlabel("global step")
+    bottom.set_ylabel("training loss")
+    bottom.legend(fontsize=9)
+    bottom.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
