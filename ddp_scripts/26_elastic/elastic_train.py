@@ -85,7 +85,8 @@ def leave():
 @record
 def main():
     parser = arguments(__doc__, device=False)
-    parser.add_argument("--dir", type=Path, required=True, help="checkpoints and the log")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/elastic-job"),
+                        help="checkpoints and the log, in a folder every host sees")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--global-batch", type=int, default=64)
     parser.add_argument("--micro", type=int, default=16, help="samples per micro-batch")
