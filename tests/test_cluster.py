@@ -177,7 +177,7 @@ def test_only_the_cluster_lessons_can_be_skipped_and_never_where_ci_requires_it(
     monkeypatch.setattr(cluster, "why_not", lambda: "no root here")
     monkeypatch.delenv("DDP_COURSE_REQUIRE_CLUSTER", raising=False)
     refused = [path.stem for path in lessons() if why_not_here(path)]
-    assert refused == ["32_clusters", "34_slow_link"]
+    assert refused == ["26_elastic", "32_clusters", "34_slow_link"]
     monkeypatch.setenv("DDP_COURSE_REQUIRE_CLUSTER", "1")  # CI: run it, and fail if it cannot
     assert why_not_here(NOTEBOOKS / "32_clusters.ipynb") is None
     assert why_not_here(NOTEBOOKS / "34_slow_link.ipynb") is None
