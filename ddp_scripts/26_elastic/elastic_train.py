@@ -47,6 +47,25 @@ def step_samples(step, size, global_batch, seed):
     return torch.randperm(size, generator=generator)[:global_batch]
 
 
+def train_step(model, optimizer, x, y, samples, micro, world):
+    """One optimizer step on the global batch `samples`: this rank's micro-batches, the
+    gradients averaged over the world at the last one. Returns the batch's mean loss."""
+    accumulate = plan_batches(len(samples), micro, world.world_size)
+    total = torch.zeros((), dtype=torch.float64)
+    for k in range(accumulate):
+        first = (k * world.world_size + world.rank) * micro
+        mine = samples[first:first + micro]
+        last = k == accumulate - 1  # only its backward all-reduces (forward and
+        with nullcontext() if last else model.no_sync():  # backward under no_sync)
+            loss = F.cross_entropy(model(x[mine]), y[mine], reduction="sum")
+            (loss * world.world_size / len(samples)).backward()  # DDP averages
+        total += loss.detach()
+    optimizer.step()
+    optimizer.zero_grad()
+    dist.all_reduce(total)
+    return total.item() / len(samples)
+
+
 def newest(folder):
     """The step of the newest complete checkpoint in `folder` (0: none)."""
     pointer = folder / "latest"
@@ -103,7 +122,7 @@ def main():
     start = newest(args.dir)
     if start:
         load(args.dir, start, model, optimizer)
-    accumulate = plan_batches(args.global_batch, args.micro, world.world_size)
+    plan_batches(args.global_batch, args.micro, world.world_size)  # fails here, if at all
     restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     log = (args.dir / "steps.jsonl").open("a") if world.rank == 0 else None
 
@@ -118,19 +137,8 @@ def main():
         if step == args.leave_at and start == 0 and socket.gethostname() == args.host:
             leave()
         samples = step_samples(step, len(x), args.global_batch, seed=0)
-        total = torch.zeros((), dtype=torch.float64)
-        for k in range(accumulate):
-            first = (k * world.world_size + world.rank) * args.micro
-            mine = samples[first:first + args.micro]
-            last = k == accumulate - 1  # only its backward all-reduces (forward and
-            with nullcontext() if last else model.no_sync():  # backward under no_sync)
-                loss = F.cross_entropy(model(x[mine]), y[mine], reduction="sum")
-                (loss * world.world_size / args.global_batch).backward()  # DDP averages
-            total += loss.detach()
-        optimizer.step()
-        optimizer.zero_grad()
-        dist.all_reduce(total)
-        write(step=step + 1, loss=total.item() / args.global_batch)
+        loss = train_step(model, optimizer, x, y, samples, args.micro, world)
+        write(step=step + 1, loss=loss)
         if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
             save(args.dir, step + 1, model, optimizer)
     report(args.out, {"rank": world.rank, "host": socket.gethostname()}, resumed_from=start,
