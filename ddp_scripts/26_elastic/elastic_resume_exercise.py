@@ -1,8 +1,8 @@
 """Exercise (lesson 26): resume a job in a world of any size from the newest complete
 checkpoint in its folder. Write resume(); the new world it serves is elastic_resume_harness.py.
 
-    torchrun --standalone --nproc-per-node=3 ddp_scripts/26_elastic/elastic_resume_exercise.py \\
-        --dir /tmp/elastic-job
+    torchrun --standalone --nproc-per-node=2 ddp_scripts/26_elastic/elastic_resume_exercise.py \\
+        --dir /tmp/ddp-course-elastic/exercise --to 156
 """
 
 import torch.distributed.checkpoint as dcp

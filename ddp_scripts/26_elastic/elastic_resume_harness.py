@@ -2,10 +2,10 @@
 resume() starts. Not a script of its own: the exercise calls run_exercise(resume).
 
 Every rank builds the model with other initial weights than the job's (seed 1) and calls
-resume() twice: on an empty folder (a job's first start: it must return 0 and change
-nothing), then on --dir. It reports the step and what each rank then holds (weights and
-SGD momentum, by parameter name); with --to, it trains on to that step as
-elastic_train.py does, and rank 0 reports each step's loss."""
+resume() twice: on a folder with no complete checkpoint (--first, an empty one by default:
+a job's first start; it must return 0 and change nothing), then on --dir. It reports the
+step and what each rank then holds (weights and SGD momentum, by parameter name); with
+--to, it trains on to that step as elastic_train.py does, and rank 0 reports each loss."""
 
 import sys
 import tempfile
@@ -31,6 +31,8 @@ def run_exercise(resume):
     parser = arguments(sys.modules["__main__"].__doc__, device=False)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/elastic-job"),
                         help="the job's folder of checkpoints, as elastic_train.py writes it")
+    parser.add_argument("--first", type=Path, help="a folder with no complete checkpoint "
+                        "(default: an empty one of each rank's own)")
     parser.add_argument("--to", type=int, help="train on to this step after the resume")
     parser.add_argument("--global-batch", type=int, default=64)
     parser.add_argument("--micro", type=int, default=16, help="samples per micro-batch")
@@ -38,10 +40,10 @@ def run_exercise(resume):
     world = setup("cpu", timeout_s=20, ddp=True)
     model = DDP(make_model(1))  # not the job's initial weights: a resume must replace them
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    before = held(model, optimizer)
-    with tempfile.TemporaryDirectory() as empty:  # each rank's own: nothing to find
-        first_start = resume(Path(empty), model, optimizer)
-    untouched = held(model, optimizer) == before
+    before = held(model, optimizer), optimizer.state_dict()["param_groups"]
+    with tempfile.TemporaryDirectory() as empty:
+        first_start = resume(args.first or Path(empty), model, optimizer)
+    untouched = (held(model, optimizer), optimizer.state_dict()["param_groups"]) == before
     step = resume(args.dir, model, optimizer)
     weights, momentum = held(model, optimizer)
     x, y = load_data(0)[0].tensors

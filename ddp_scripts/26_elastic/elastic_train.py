@@ -9,13 +9,14 @@ line per step to DIR/steps.jsonl (JSON: step, world size, loss, time). With --le
 STEP, the ranks on --host kill their torchrun agent and exit at that step, as if the
 host had died.
 
-    torchrun --nnodes=1:2 --nproc-per-node=2 --rdzv-backend=c10d \\
-        --rdzv-endpoint=nodeA:29400 --rdzv-id=job1 --max-restarts=3 \\
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --nnodes=1:2 --nproc-per-node=2 \\
+        --rdzv-backend=c10d --rdzv-endpoint=nodeA:29400 --rdzv-id=job1 --max-restarts=3 \\
         ddp_scripts/26_elastic/elastic_train.py --dir /tmp/job1     # on each host
 """
 
 import json
 import os
+import shutil
 import signal
 import socket
 import time
@@ -73,10 +74,14 @@ def newest(folder):
 
 
 def save(folder, step, model, optimizer):
+    """Every rank's part of `step` into folder/step-N, then `latest` names it."""
+    target = folder / f"step-{step}"
+    if dist.get_rank() == 0:  # a step done again after a restart: its old folder goes, so
+        shutil.rmtree(target, ignore_errors=True)  # a save cut short leaves no .metadata
+    dist.barrier()
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=folder / f"step-{step}")
-    dist.barrier()  # every rank's part written: only then is it the newest
-    if dist.get_rank() == 0:
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=target)
+    if dist.get_rank() == 0:  # dcp.save returns once .metadata is written: all parts are in
         partial = folder / "latest.partial"
         partial.write_text(str(step))
         os.replace(partial, folder / "latest")
@@ -90,7 +95,7 @@ def load(folder, step, model, optimizer):
 
 def leave():
     """This host's end: kill the torchrun agent above this process (`torchrun ...` or
-    `python -m torch.distributed.run ...`), then exit."""
+    `python -m torch.distributed.run ...`; killed ranks alone, it would restart), then exit."""
     pid = os.getppid()
     while pid > 1:
         command = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -132,7 +137,9 @@ def main():
                                   "time": time.time()}) + "\n")
             log.flush()
 
-    write(event="start", step=start)
+    restarts = [None] * world.world_size  # each rank's, as its own agent counts them
+    dist.all_gather_object(restarts, restart)
+    write(event="start", step=start, restarts=restarts)
     for step in range(start, args.steps):
         if step == args.leave_at and start == 0 and socket.gethostname() == args.host:
             leave()
