@@ -466,6 +466,11 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None, cues=()):
     def started():
         return [(proc, p) for proc, p in zip(running, processes) if proc is not None]
 
+    def say(what):  # the launcher's own line, in the output as it happens
+        captured.append(f"[launch] {what}\n")
+        if echo:
+            print(captured[-1], end="", flush=True)
+
     cues = list(cues)
     while open_streams or waiting or any(proc.poll() is None for proc, _ in started()):
         if time.monotonic() >= deadline:
@@ -476,20 +481,14 @@ def _run(processes, base_env, cwd, timeout, echo, default_env=None, cues=()):
             if when():
                 cues.remove(cue)
                 action()
-                line = f"[launch] {what}\n"
-                captured.append(line)
-                if echo:
-                    print(line, end="", flush=True)
+                say(what)
         for k in list(waiting):
             if processes[k].start_when():
                 waiting.remove(k)
                 begin(k)
                 open_streams += 1
-                line = f"[launch] started now: {processes[k].host or 'here'}$ " \
-                       f"{shlex.join(processes[k].shown)}\n"
-                captured.append(line)
-                if echo:
-                    print(line, end="", flush=True)
+                say(f"started now: {processes[k].host or 'here'}$ "
+                    f"{shlex.join(processes[k].shown)}")
         line = ""
         if open_streams:
             try:

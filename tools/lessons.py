@@ -238,7 +238,9 @@ LESSONS = [
            "processes killed, the host back, its cable pulled; each time the world is rebuilt and "
            "resumes from a DCP checkpoint, with the global batch kept by accumulation and each "
            "step's samples drawn from its own seed, so the loss equals the uninterrupted job's "
-           "(asserted); the restart count, the seconds each event cost, in a timeline",
+           "(asserted); the restart count, the seconds each event cost, in a timeline; "
+           "exercises: the batch plan for any world size, a resume into any world from a folder "
+           "with no pointer (hidden: 3 ranks from 4, a save cut short), the steps done twice",
            budget_s=45),
     Lesson("30_beyond_allreduce", "Bigger models and real clusters",
            "compression, ZeRO, FSDP2 and torch.compile",
